@@ -1,0 +1,31 @@
+# Two commands do all the set-up on a fresh machine: `make demo`, `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean install
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python examples/quickstart.py
+
+test: $(STAMP)
+	$(BIN)/ruff check memwal_datasource tests benchmarks examples
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check memwal_datasource tests benchmarks examples
+
+bench: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,66 @@
+"""Typed errors raised by memwal_datasource.
+
+Every error names the thing it is about (option, file, shard, position) so a
+user can act on the message without reading a stack trace.
+"""
+
+from __future__ import annotations
+
+
+class MemWalError(Exception):
+    """Base class for every error this package raises on purpose."""
+
+
+class StoreError(MemWalError):
+    """An object-store operation failed for a reason that retrying will not fix."""
+
+
+class UnsupportedStoreError(StoreError):
+    """The URI names a storage backend that cannot do put-if-absent."""
+
+
+class TransientStoreError(StoreError):
+    """An object-store operation failed in a way that may succeed if retried."""
+
+
+class StoreAuthError(StoreError):
+    """The object store rejected our credentials."""
+
+
+class StoreNotFoundError(StoreError):
+    """The bucket or container named by the URI does not exist."""
+
+
+class CorruptEntryError(MemWalError):
+    """A WAL entry or manifest on storage could not be decoded."""
+
+
+class ShardSealedError(MemWalError):
+    """The shard manifest is SEALED: a drop is in flight and claims are refused."""
+
+
+class Fenced(MemWalError):
+    """A newer writer epoch has claimed the shard; this writer must stop.
+
+    A fenced writer should stop writing. Reopen (which claims a new epoch) only
+    if this process should take the shard back from the newer writer.
+    """
+
+    def __init__(self, shard_id: str, local_epoch: int, stored_epoch: int, detail: str = ""):
+        self.shard_id = shard_id
+        self.local_epoch = local_epoch
+        self.stored_epoch = stored_epoch
+        msg = (
+            f"shard {shard_id}: writer epoch {local_epoch} is fenced by epoch {stored_epoch}"
+            + (f" ({detail})" if detail else "")
+            + "; stop writing, reopen only to take the shard back"
+        )
+        super().__init__(msg)
+
+
+class WriterPoisoned(MemWalError):
+    """A WAL append had an outcome we cannot know; the writer must be reopened."""
+
+
+class ConfigError(MemWalError, ValueError):
+    """A configuration value or option is invalid; the message names it."""

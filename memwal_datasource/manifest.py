@@ -1,0 +1,165 @@
+"""Shard manifests: find the latest version, claim an epoch, fence, update.
+
+Every version is a new immutable object written put-if-absent at
+``version + 1``, so versions are gap-free and two racing writers cannot both
+win a version. ``version_hint.json`` is written best-effort after each win and
+only ever used as a place to start probing.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import uuid
+from collections.abc import Callable
+
+from .errors import Fenced, ShardSealedError, StoreError
+from .format import (
+    MEM_WAL_DIR,
+    ShardManifest,
+    decode_manifest,
+    decode_version_hint,
+    encode_manifest,
+    encode_version_hint,
+    manifest_key,
+    parse_bit_reversed_name,
+    version_hint_key,
+)
+from .store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+# A claim or update loses a race only when another process wrote the same
+# version; this bounds a pathological livelock, not ordinary contention.
+_MAX_RACE_RETRIES = 1000
+
+
+class ManifestStore:
+    """The manifest chain of one shard."""
+
+    def __init__(self, store: ObjectStore, shard_id: str):
+        self.store = store
+        self.shard_id = str(uuid.UUID(shard_id))
+
+    def _where(self, version: int) -> str:
+        return f"shard {self.shard_id} version {version} ({self.store.describe(manifest_key(self.shard_id, version))})"
+
+    def _exists(self, version: int) -> bool:
+        return self.store.exists(manifest_key(self.shard_id, version))
+
+    def _listed_max(self) -> int:
+        best = 0
+        for key in self.store.list(f"{MEM_WAL_DIR}/{self.shard_id}/manifest/"):
+            if key.endswith(".binpb"):
+                try:
+                    best = max(best, parse_bit_reversed_name(key))
+                except ValueError:
+                    continue
+        return best
+
+    def latest_version(self) -> int:
+        """The last existing version (0 if the shard has no manifest)."""
+        try:
+            hint = decode_version_hint(self.store.get(version_hint_key(self.shard_id)))
+        except FileNotFoundError:
+            hint = None
+        if hint is not None and self._exists(hint):
+            version = hint
+        else:
+            # No usable hint: one listing beats probing a long chain from 1.
+            version = self._listed_max()
+        while self._exists(version + 1):
+            version += 1
+        return version
+
+    def load(self, version: int) -> ShardManifest:
+        """Read and decode one version."""
+        data = self.store.get(manifest_key(self.shard_id, version))
+        m = decode_manifest(data, self._where(version))
+        if m.version != version:
+            log.warning("%s records version %d in its body", self._where(version), m.version)
+        m.version = version
+        if not m.shard_id:
+            m.shard_id = self.shard_id
+        return m
+
+    def latest(self) -> ShardManifest | None:
+        """The latest manifest, or ``None`` if the shard does not exist yet."""
+        version = self.latest_version()
+        return self.load(version) if version else None
+
+    def _write(self, m: ShardManifest) -> None:
+        self.store.put_if_absent(manifest_key(self.shard_id, m.version), encode_manifest(m))
+        try:
+            self.store.put(version_hint_key(self.shard_id), encode_version_hint(m.version))
+        except (StoreError, OSError) as exc:  # only a hint; readers probe past it
+            log.warning("shard %s: could not update version_hint.json: %s", self.shard_id, exc)
+
+    def claim_epoch(self, create: bool = True) -> ShardManifest:
+        """Claim the shard with ``writer_epoch + 1`` and return the new manifest.
+
+        Refuses a SEALED shard. On a lost race it reloads and retries only
+        while the stored epoch is still below the one it is claiming; if a
+        concurrent claim took that epoch (or higher) it raises :class:`Fenced`.
+        """
+        current = self.latest()
+        if current is None and not create:
+            raise StoreError(f"shard {self.shard_id} has no manifest in {self.store.uri}")
+        target = (current.writer_epoch if current else 0) + 1
+        for _ in range(_MAX_RACE_RETRIES):
+            if current is not None and current.sealed:
+                raise ShardSealedError(
+                    f"shard {self.shard_id} is SEALED (manifest version {current.version}): "
+                    "a drop is in flight and new writers are refused"
+                )
+            if current is not None and current.writer_epoch >= target:
+                raise Fenced(self.shard_id, target, current.writer_epoch,
+                             "a concurrent claim won this epoch")
+            new = copy.deepcopy(current) if current else ShardManifest(shard_id=self.shard_id)
+            new.version = (current.version if current else 0) + 1
+            new.writer_epoch = target
+            try:
+                self._write(new)
+                return new
+            except FileExistsError:
+                current = self.latest()
+        raise StoreError(f"shard {self.shard_id}: gave up claiming after {_MAX_RACE_RETRIES} races")
+
+    def check_fenced(self, epoch: int) -> ShardManifest:
+        """Return the latest manifest, or raise :class:`Fenced` if a newer epoch holds it."""
+        m = self.latest()
+        if m is None:
+            raise StoreError(f"shard {self.shard_id} has no manifest in {self.store.uri}")
+        if m.writer_epoch > epoch:
+            raise Fenced(self.shard_id, epoch, m.writer_epoch)
+        return m
+
+    def commit_update(self, epoch: int, mutate: Callable[[ShardManifest], None]) -> ShardManifest:
+        """Write the next version with ``mutate`` applied, checking the epoch first.
+
+        Each attempt reloads the latest version and verifies ``epoch`` is still
+        current before writing, so a fenced writer never updates the manifest.
+        """
+        for _ in range(_MAX_RACE_RETRIES):
+            current = self.check_fenced(epoch)
+            new = copy.deepcopy(current)
+            new.version = current.version + 1
+            mutate(new)
+            new.writer_epoch = current.writer_epoch
+            try:
+                self._write(new)
+                return new
+            except FileExistsError:
+                continue
+        raise StoreError(f"shard {self.shard_id}: gave up updating after {_MAX_RACE_RETRIES} races")
+
+
+def list_shards(store: ObjectStore) -> list[str]:
+    """Shard ids found under ``_mem_wal/`` (directories named as UUIDs)."""
+    shards = []
+    for name in store.list_dirs(MEM_WAL_DIR):
+        try:
+            shards.append(str(uuid.UUID(name)))
+        except ValueError:
+            continue
+    return shards

@@ -1,0 +1,411 @@
+"""Object stores with the one primitive fencing needs: put-if-absent.
+
+The contract every backend honours (it is what makes WAL fencing safe):
+
+* ``put_if_absent(key, data)`` creates ``key`` atomically with ``data`` or
+  raises ``FileExistsError`` when ``key`` already exists. No reader ever sees a
+  partially written object, and of N concurrent callers exactly one succeeds.
+* ``get(key)`` returns the whole object or raises ``FileNotFoundError``.
+* ``put(key, data)`` overwrites; used only for hints (``version_hint.json``).
+* ``list(prefix)`` yields keys (relative to the store root) under ``prefix``.
+* ``delete(key)`` removes a key; callers must only delete WAL files behind a
+  fence (see ``DESIGN.md``).
+
+Stores are chosen by URI scheme (:func:`open_store`): a local path or
+``file://`` URI, ``s3://bucket/prefix`` and ``memory://name``. Any other scheme
+is refused, because a backend without conditional writes cannot fence writers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from urllib.parse import urlparse
+
+from .errors import (
+    StoreAuthError,
+    StoreError,
+    StoreNotFoundError,
+    TransientStoreError,
+    UnsupportedStoreError,
+)
+from .options import S3Options
+
+SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "memory")
+
+
+class ObjectStore(ABC):
+    """A flat key space rooted at a table URI; keys use ``/`` separators."""
+
+    uri: str
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        """Create ``key`` holding ``data``; raise ``FileExistsError`` if it exists."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Create or overwrite ``key`` (hints only; never WAL entries or manifests)."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the object's bytes; raise ``FileNotFoundError`` if absent."""
+
+    @abstractmethod
+    def head(self, key: str) -> int | None:
+        """Return the object's size in bytes, or ``None`` if absent."""
+
+    def exists(self, key: str) -> bool:
+        """True if ``key`` exists."""
+        return self.head(key) is not None
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[str]:
+        """Yield every key under ``prefix`` (recursive), in no particular order."""
+
+    @abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Names of the immediate sub-directories (common prefixes) of ``prefix``."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; missing keys are ignored."""
+
+    def describe(self, key: str) -> str:
+        """A human-readable location for ``key`` (for error messages)."""
+        return f"{self.uri.rstrip('/')}/{key}"
+
+
+class MemoryStore(ObjectStore):
+    """In-process store for fast unit tests; ``memory://name`` shares one dict."""
+
+    _registry: dict[str, dict[str, bytes]] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, name: str = "default"):
+        self.uri = f"memory://{name}"
+        with self._registry_lock:
+            self._data = self._registry.setdefault(name, {})
+        self._lock = threading.Lock()
+
+    @classmethod
+    def reset(cls, name: str) -> None:
+        """Forget every object of the named in-memory store."""
+        with cls._registry_lock:
+            cls._registry.pop(name, None)
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        with self._lock:
+            if key in self._data:
+                raise FileExistsError(self.describe(key))
+            self._data[key] = bytes(data)
+
+    def put(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self._data[key] = bytes(data)
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            try:
+                return self._data[key]
+            except KeyError:
+                raise FileNotFoundError(self.describe(key)) from None
+
+    def head(self, key: str) -> int | None:
+        with self._lock:
+            data = self._data.get(key)
+        return None if data is None else len(data)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        with self._lock:
+            keys = [k for k in self._data if k.startswith(prefix)]
+        yield from keys
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        prefix = _dir_prefix(prefix)
+        with self._lock:
+            rest = [k[len(prefix):] for k in self._data if k.startswith(prefix)]
+        return sorted({r.split("/", 1)[0] for r in rest if "/" in r})
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+
+class LocalStore(ObjectStore):
+    """Local disk. put-if-absent = temp file, fsync, ``os.link`` (fails if the
+    name exists), fsync the directory: atomic and durable across power loss."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self.uri = "file://" + self.root
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def _write_temp(self, path: str, data: bytes) -> str:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        # Dot-prefixed so listings and Lance readers never take it for an entry.
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+
+    @staticmethod
+    def _fsync_dir(directory: str) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_temp(path, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise FileExistsError(self.describe(key)) from None
+        finally:
+            os.unlink(tmp)
+        self._fsync_dir(os.path.dirname(path))
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_temp(path, data)
+        os.replace(tmp, path)
+        self._fsync_dir(os.path.dirname(path))
+
+    def get(self, key: str) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise FileNotFoundError(self.describe(key)) from None
+
+    def head(self, key: str) -> int | None:
+        try:
+            return os.stat(self._path(key)).st_size
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self._path(prefix.rstrip("/")) if prefix else self.root
+        if os.path.isfile(base):
+            yield prefix
+            return
+        for dirpath, _dirs, files in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in files:
+                if name.startswith("."):
+                    continue
+                yield name if rel == "." else f"{rel}/{name}"
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        try:
+            entries = os.scandir(self._path(prefix.rstrip("/")) if prefix else self.root)
+        except FileNotFoundError:
+            return []
+        with entries:
+            return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+    def delete(self, key: str) -> None:
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            pass
+
+
+class S3Store(ObjectStore):
+    """S3 via boto3; put-if-absent is ``PutObject`` with ``If-None-Match: *``.
+
+    HTTP 412 (``PreconditionFailed``) means the key exists. HTTP 409
+    (``ConditionalRequestConflict``) is a concurrent conflict and is raised as
+    :class:`TransientStoreError` so the caller retries. boto3's own retry
+    policy (standard mode) handles throttling and 5xx.
+    """
+
+    def __init__(self, bucket: str, prefix: str, options: S3Options):
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.options = options
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        config = Config(
+            retries={"max_attempts": options.max_attempts, "mode": "standard"},
+            s3={"addressing_style": "path" if options.path_style else "auto"},
+            connect_timeout=options.connect_timeout_s,
+            read_timeout=options.read_timeout_s,
+        )
+        # Credentials left as None fall through to the standard AWS chain.
+        self._client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=options.endpoint,
+            region_name=options.region,
+            aws_access_key_id=options.access_key_id,
+            aws_secret_access_key=options.secret_access_key,
+            aws_session_token=options.session_token,
+            config=config,
+        )
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _raise(self, exc: Exception, key: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        where = self.describe(key)
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise FileNotFoundError(where) from None
+            if code == "NoSuchBucket":
+                raise StoreNotFoundError(
+                    f"bucket '{self.bucket}' does not exist at {self._endpoint_name()} "
+                    f"(while accessing {where})"
+                ) from None
+            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
+                raise StoreAuthError(
+                    f"S3 at {self._endpoint_name()} rejected the credentials for bucket "
+                    f"'{self.bucket}' ({code}) while accessing {where}; check "
+                    "aws_access_key_id / aws_secret_access_key"
+                ) from None
+            if status == 409 or code in ("ConditionalRequestConflict", "OperationAborted"):
+                raise TransientStoreError(f"conflict writing {where}: {code}") from exc
+            if status is not None and status >= 500 or code in ("SlowDown", "RequestTimeout"):
+                raise TransientStoreError(f"S3 error on {where}: {code}") from exc
+            raise StoreError(f"S3 error on {where}: {code} (HTTP {status})") from exc
+        if isinstance(exc, BotoCoreError):
+            raise TransientStoreError(
+                f"cannot reach S3 at {self._endpoint_name()} for {where}: {type(exc).__name__}"
+            ) from exc
+        raise exc
+
+    def _endpoint_name(self) -> str:
+        return self.options.endpoint or "the default AWS endpoint"
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
+            )
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 412 or code == "PreconditionFailed":
+                raise FileExistsError(self.describe(key)) from None
+            self._raise(exc, key)
+        except Exception as exc:  # noqa: BLE001 - mapped to typed errors
+            self._raise(exc, key)
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except Exception as exc:  # noqa: BLE001
+            self._raise(exc, key)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        except Exception as exc:  # noqa: BLE001
+            self._raise(exc, key)
+            raise  # unreachable; keeps type checkers honest
+
+    def head(self, key: str) -> int | None:
+        try:
+            return int(
+                self._client.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"]
+            )
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            try:
+                self._raise(exc, key)
+            except FileNotFoundError:
+                return None
+            raise
+
+    def list(self, prefix: str) -> Iterator[str]:
+        full = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        paginator = self._client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+                for obj in page.get("Contents", []):
+                    yield obj["Key"][strip:]
+        except Exception as exc:  # noqa: BLE001
+            self._raise(exc, prefix)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        full = _dir_prefix(self._key(prefix))
+        names: set[str] = set()
+        paginator = self._client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    names.add(common["Prefix"][len(full):].rstrip("/"))
+        except Exception as exc:  # noqa: BLE001
+            self._raise(exc, prefix)
+        return sorted(names)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:  # noqa: BLE001
+            self._raise(exc, key)
+
+    def check_bucket(self) -> None:
+        """Fail fast with a clear error when the bucket is missing or creds are wrong."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:  # noqa: BLE001
+            from botocore.exceptions import ClientError
+
+            if isinstance(exc, ClientError):
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in ("404", "NoSuchBucket", "NotFound"):
+                    raise StoreNotFoundError(
+                        f"bucket '{self.bucket}' does not exist at {self._endpoint_name()}"
+                    ) from None
+            self._raise(exc, "")
+
+
+def _dir_prefix(prefix: str) -> str:
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
+    """Open the store for a table URI; refuse schemes without put-if-absent."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if len(scheme) == 1:  # a Windows drive letter, not a scheme
+        scheme = ""
+    if scheme in ("", "file"):
+        path = parsed.path if scheme == "file" else uri
+        return LocalStore(path)
+    if scheme == "memory":
+        return MemoryStore(parsed.netloc + parsed.path)
+    if scheme in ("s3", "s3a"):
+        if not parsed.netloc:
+            raise StoreError(f"S3 URI '{uri}' has no bucket (expected s3://bucket/path)")
+        return S3Store(parsed.netloc, parsed.path, S3Options.from_storage_options(storage_options))
+    raise UnsupportedStoreError(
+        f"unsupported storage scheme '{scheme}://' in '{uri}': the MemWAL needs conditional "
+        "writes (put-if-absent) for writer fencing, and this package supports only local "
+        "paths, file://, s3:// and memory://"
+    )

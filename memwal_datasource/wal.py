@@ -1,0 +1,260 @@
+"""The fenced WAL appender and the read-only WAL tailer of one shard.
+
+Opening an appender **writes**: it claims a new writer epoch on the shard
+manifest (fencing every older writer) and, from epoch 2 on, drops a
+data-less fence sentinel at the WAL tip so a stalled older writer collides on
+its next append and learns it is fenced. A fenced writer should stop; it
+should reopen only if it is meant to take the shard back.
+
+WAL positions are prefix-closed (if entry N is not written, N + 1 must not
+exist), which is what lets the tailer find the tip with a galloping search.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from .errors import Fenced, TransientStoreError, WriterPoisoned
+from .format import (
+    MEM_WAL_DIR,
+    WalEntry,
+    decode_wal_entry,
+    encode_sentinel,
+    encode_wal_entry,
+    parse_bit_reversed_name,
+    wal_key,
+)
+from .manifest import ManifestStore
+from .store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def find_tip(store: ObjectStore, shard_id: str, start: int) -> int:
+    """The first missing WAL position at or after ``start`` (>= 1).
+
+    Gallops forward (1, 2, 4, ... past ``start``) then bisects, so a long
+    unflushed tail costs O(log n) HEAD requests instead of one per entry.
+    """
+    start = max(1, start)
+    if not store.exists(wal_key(shard_id, start)):
+        return start
+    lo, step = start, 1  # lo exists
+    while store.exists(wal_key(shard_id, lo + step)):
+        lo, step = lo + step, step * 2
+    hi = lo + step  # hi is missing
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if store.exists(wal_key(shard_id, mid)):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass
+class AppendResult:
+    """Where an append landed and what it cost."""
+
+    position: int
+    nbytes: int
+    put_seconds: float
+
+
+class WalAppender:
+    """Appends WAL entries for one claimed epoch of one shard."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        shard_id: str,
+        epoch: int,
+        next_position: int,
+        *,
+        max_retries: int = 3,
+        retry_base_delay_ms: int = 50,
+    ):
+        self.store = store
+        self.manifests = ManifestStore(store, shard_id)
+        self.shard_id = self.manifests.shard_id
+        self.epoch = epoch
+        self.next_position = next_position
+        self.max_retries = max_retries
+        self.retry_base_delay_ms = retry_base_delay_ms
+        self.first_position: int | None = None
+        self.last_position: int | None = None
+        self.sentinel_position: int | None = None
+        self._error: Exception | None = None
+
+    @classmethod
+    def open(
+        cls,
+        store: ObjectStore,
+        shard_id: str,
+        *,
+        schema: pa.Schema | None = None,
+        create: bool = True,
+        max_retries: int = 3,
+        retry_base_delay_ms: int = 50,
+    ) -> WalAppender:
+        """Claim a new epoch on the shard and position at the WAL tip.
+
+        This writes: a new manifest version, and from epoch 2 on a fence
+        sentinel entry at the tip (with ``schema`` if given).
+        """
+        manifests = ManifestStore(store, shard_id)
+        m = manifests.claim_epoch(create=create)
+        seed = max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1
+        tip = find_tip(store, manifests.shard_id, seed)
+        appender = cls(store, manifests.shard_id, m.writer_epoch, tip,
+                       max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms)
+        if m.writer_epoch >= 2:
+            res = appender._append_bytes(encode_sentinel(schema or pa.schema([]), m.writer_epoch))
+            appender.sentinel_position = res.position
+        return appender
+
+    @property
+    def error(self) -> Exception | None:
+        """The ``Fenced`` / ``WriterPoisoned`` error that stopped this appender."""
+        return self._error
+
+    def append(
+        self, schema: pa.Schema, batches: Iterable[pa.RecordBatch], generation: int | None = None
+    ) -> AppendResult:
+        """Write one entry holding ``batches``; returns where it landed."""
+        data = encode_wal_entry(schema, batches, self.epoch, generation)
+        res = self._append_bytes(data)
+        if self.first_position is None:
+            self.first_position = res.position
+        self.last_position = res.position
+        return res
+
+    def append_encoded(self, data: bytes) -> AppendResult:
+        """Write pre-encoded entry bytes (must carry this appender's epoch)."""
+        res = self._append_bytes(data)
+        if self.first_position is None:
+            self.first_position = res.position
+        self.last_position = res.position
+        return res
+
+    def _append_bytes(self, data: bytes) -> AppendResult:
+        if self._error is not None:
+            raise self._error
+        failures = 0
+        uncertain = False  # a PUT at this position failed in a way that may have landed
+        while True:
+            pos = self.next_position
+            key = wal_key(self.shard_id, pos)
+            t0 = time.perf_counter()
+            try:
+                self.store.put_if_absent(key, data)
+            except FileExistsError:
+                if uncertain and self._is_ours(key, data):
+                    break
+                try:
+                    self.manifests.check_fenced(self.epoch)
+                except Fenced as exc:
+                    self._error = exc
+                    raise
+                # An older writer's in-flight entry took this slot: skip it.
+                log.info("shard %s: position %d taken by another writer, moving on",
+                         self.shard_id, pos)
+                self.next_position = pos + 1
+                uncertain = False
+                continue
+            except (TransientStoreError, OSError) as exc:
+                failures += 1
+                uncertain = True
+                if failures > self.max_retries:
+                    self._error = WriterPoisoned(
+                        f"shard {self.shard_id} epoch {self.epoch}: WAL append at position {pos} "
+                        f"failed {failures} times and may or may not have landed ({exc}); "
+                        "reopen the writer to recover"
+                    )
+                    raise self._error from exc
+                delay = self.retry_base_delay_ms * (2 ** (failures - 1)) / 1000.0
+                time.sleep(delay * (0.5 + random.random()))  # backoff between retries
+                continue
+            break
+        self.next_position = pos + 1
+        return AppendResult(pos, len(data), time.perf_counter() - t0)
+
+    def _is_ours(self, key: str, data: bytes) -> bool:
+        try:
+            return self.store.get(key) == data
+        except FileNotFoundError:
+            return False
+
+    def check_fenced(self) -> None:
+        """Raise :class:`Fenced` if a newer epoch has claimed the shard."""
+        try:
+            self.manifests.check_fenced(self.epoch)
+        except Fenced as exc:
+            self._error = exc
+            raise
+
+
+class WalTailer:
+    """Reads a shard's WAL by position. Never writes."""
+
+    def __init__(self, store: ObjectStore, shard_id: str):
+        self.store = store
+        self.manifests = ManifestStore(store, shard_id)
+        self.shard_id = self.manifests.shard_id
+
+    def _where(self, position: int) -> str:
+        return (f"shard {self.shard_id} position {position} "
+                f"({self.store.describe(wal_key(self.shard_id, position))})")
+
+    def read(self, position: int) -> WalEntry | None:
+        """The entry at ``position``, or ``None`` if it does not exist."""
+        try:
+            data = self.store.get(wal_key(self.shard_id, position))
+        except FileNotFoundError:
+            return None
+        return decode_wal_entry(data, self._where(position))
+
+    def first_position(self) -> int:
+        """The lowest existing WAL position (the tip if the WAL is empty)."""
+        lowest = None
+        for key in self.store.list(f"{MEM_WAL_DIR}/{self.shard_id}/wal/"):
+            if key.endswith(".arrow"):
+                try:
+                    p = parse_bit_reversed_name(key)
+                except ValueError:
+                    continue
+                lowest = p if lowest is None else min(lowest, p)
+        return lowest if lowest is not None else self.next_position()
+
+    def next_position(self) -> int:
+        """The WAL tip: the first position with no entry."""
+        m = self.manifests.latest()
+        seed = 1
+        if m is not None:
+            seed = max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1
+            # The hint may point past GC'd or never-written space; fall back to 1.
+            if seed > 1 and not self.store.exists(wal_key(self.shard_id, seed - 1)):
+                seed = 1
+        return find_tip(self.store, self.shard_id, seed)
+
+    def entries(
+        self, start: int, end: int | None = None, *, include_sentinels: bool = False
+    ) -> Iterator[tuple[int, WalEntry]]:
+        """Yield ``(position, entry)`` from ``start`` to ``end`` (inclusive) or the tip.
+
+        Holds one entry in memory at a time. Stops at the first missing position.
+        """
+        pos = max(1, start)
+        while end is None or pos <= end:
+            entry = self.read(pos)
+            if entry is None:
+                return
+            if include_sentinels or not entry.is_sentinel:
+                yield pos, entry
+            pos += 1

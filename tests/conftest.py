@@ -1,0 +1,65 @@
+"""Shared fixtures: stores on memory, local disk and a real S3 server; Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+from memwal_datasource.store import MemoryStore, open_store
+
+# Spark's Python workers must run this interpreter.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+BACKENDS = ["memory", "local", "s3"]
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A SeaweedFS (or MinIO via testcontainers) S3 server on 127.0.0.1."""
+    from tests.s3_server import start_s3_server
+
+    try:
+        server = start_s3_server(str(tmp_path_factory.mktemp("s3")))
+    except Exception as exc:  # noqa: BLE001 - reason printed with the skip
+        reason = f"no S3 server could start: {exc}"
+        print(f"SKIP: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_table(s3_server):
+    """(uri, storage_options) of a fresh table location in a fresh bucket."""
+    bucket = f"t{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    return f"s3://{bucket}/t.lance", s3_server.storage_options()
+
+
+def pytest_generate_tests(metafunc):
+    """Tests that take ``backend`` run on every store kind."""
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", BACKENDS)
+
+
+@pytest.fixture
+def location(backend, request, tmp_path):
+    """(uri, storage_options) of a fresh table location on ``backend``."""
+    if backend == "memory":
+        name = uuid.uuid4().hex
+        yield f"memory://{name}", {}
+        MemoryStore.reset(name)
+    elif backend == "local":
+        yield str(tmp_path / "t.lance"), {}
+    else:
+        yield request.getfixturevalue("s3_table")
+
+
+@pytest.fixture
+def any_store(location):
+    """A fresh store of the parametrized ``backend``."""
+    return open_store(*location)
