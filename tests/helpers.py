@@ -1,0 +1,67 @@
+"""Small shared test helpers (no fixtures here)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+
+from memwal_datasource.errors import TransientStoreError
+from memwal_datasource.store import ObjectStore
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+def make_batch(start: int, n: int, schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
+    """Rows ``start .. start+n-1`` with a string column derived from the id."""
+    return pa.record_batch(
+        [pa.array(range(start, start + n), pa.int64()),
+         pa.array([f"row-{i}" for i in range(start, start + n)])],
+        schema=schema,
+    )
+
+
+def new_shard() -> str:
+    return str(uuid.uuid4())
+
+
+class FlakyStore(ObjectStore):
+    """Wraps a real store; the next ``fail_puts`` put_if_absent calls fail.
+
+    With ``land=True`` the failing call still writes the object first (the
+    response was lost), which is the ambiguous case a writer must resolve.
+    """
+
+    def __init__(self, inner: ObjectStore, fail_puts: int = 0, land: bool = False):
+        self.inner = inner
+        self.uri = inner.uri
+        self.fail_puts = fail_puts
+        self.land = land
+        self.put_calls = 0
+
+    def put_if_absent(self, key, data):
+        self.put_calls += 1
+        if self.fail_puts > 0 and "/wal/" in key:
+            self.fail_puts -= 1
+            if self.land:
+                self.inner.put_if_absent(key, data)
+            raise TransientStoreError(f"injected failure writing {key}")
+        self.inner.put_if_absent(key, data)
+
+    def put(self, key, data):
+        self.inner.put(key, data)
+
+    def get(self, key):
+        return self.inner.get(key)
+
+    def head(self, key):
+        return self.inner.head(key)
+
+    def list(self, prefix):
+        return self.inner.list(prefix)
+
+    def list_dirs(self, prefix):
+        return self.inner.list_dirs(prefix)
+
+    def delete(self, key):
+        self.inner.delete(key)

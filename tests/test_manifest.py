@@ -1,0 +1,119 @@
+"""Manifest store: latest, claim_epoch, check_fenced, commit_update."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from memwal_datasource.errors import CorruptEntryError, Fenced, ShardSealedError
+from memwal_datasource.format import SHARD_ACTIVE, SHARD_SEALED, manifest_key, version_hint_key
+from memwal_datasource.manifest import ManifestStore, list_shards
+from tests.helpers import new_shard
+
+
+def test_claim_creates_then_increments(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    assert ms.latest() is None
+    first = ms.claim_epoch()
+    assert (first.version, first.writer_epoch, first.status) == (1, 1, SHARD_ACTIVE)
+    second = ms.claim_epoch()
+    assert (second.version, second.writer_epoch) == (2, 2)
+    assert ms.latest().writer_epoch == 2
+    assert json.loads(any_store.get(version_hint_key(ms.shard_id))) == {"version": 2}
+    assert list_shards(any_store) == [ms.shard_id]
+
+
+def test_latest_probes_past_stale_hint_and_survives_bad_hint(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    for _ in range(5):
+        ms.claim_epoch()
+    any_store.put(version_hint_key(ms.shard_id), b'{"version": 2}')
+    assert ms.latest().version == 5
+    any_store.put(version_hint_key(ms.shard_id), b"not json")
+    assert ms.latest().version == 5
+    any_store.delete(version_hint_key(ms.shard_id))
+    assert ms.latest().version == 5
+
+
+def test_sealed_shard_refuses_claims(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    m = ms.claim_epoch()
+
+    def seal(new):
+        new.status = SHARD_SEALED
+
+    ms.commit_update(m.writer_epoch, seal)
+    with pytest.raises(ShardSealedError, match=ms.shard_id):
+        ms.claim_epoch()
+    assert ms.latest().version == 2  # nothing written by the refused claim
+
+
+def test_check_fenced_and_commit_update_refuse_old_epoch(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    old = ms.claim_epoch()
+    ms.claim_epoch()
+    with pytest.raises(Fenced) as info:
+        ms.check_fenced(old.writer_epoch)
+    assert info.value.stored_epoch == 2 and info.value.local_epoch == 1
+
+    def bump(new):
+        new.wal_entry_position_last_seen = 99
+
+    with pytest.raises(Fenced):
+        ms.commit_update(old.writer_epoch, bump)
+    assert ms.latest().version == 2
+    assert ms.latest().wal_entry_position_last_seen == 0
+
+
+def test_commit_update_gap_free_and_keeps_epoch(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    m = ms.claim_epoch()
+
+    def bump(new):
+        new.wal_entry_position_last_seen += 1
+
+    for _ in range(3):
+        ms.commit_update(m.writer_epoch, bump)
+    latest = ms.latest()
+    assert (latest.version, latest.writer_epoch, latest.wal_entry_position_last_seen) == (4, 1, 3)
+    assert all(any_store.exists(manifest_key(ms.shard_id, v)) for v in range(1, 5))
+
+
+def test_corrupt_manifest_names_shard_and_version(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    ms.claim_epoch()
+    any_store.put_if_absent(manifest_key(ms.shard_id, 2), b"\xff\xfe garbage")
+    with pytest.raises(CorruptEntryError) as info:
+        ms.latest()
+    assert ms.shard_id in str(info.value) and "version 2" in str(info.value)
+    assert ms.load(1).writer_epoch == 1  # the older version is untouched
+
+
+def test_thread_race_one_winner_per_epoch(any_store):
+    shard = new_shard()
+    ManifestStore(any_store, shard).claim_epoch()
+    n = 8
+    barrier = threading.Barrier(n)
+    won: list[int] = []
+    lost: list[int] = []
+
+    def claim():
+        ms = ManifestStore(any_store, shard)
+        barrier.wait()
+        try:
+            won.append(ms.claim_epoch().writer_epoch)
+        except Fenced as exc:
+            lost.append(exc.local_epoch)
+
+    threads = [threading.Thread(target=claim) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) + len(lost) == n
+    assert len(won) == len(set(won)) >= 1  # no epoch was won twice
+    latest = ManifestStore(any_store, shard).latest()
+    assert latest.writer_epoch == max(won)
+    assert latest.version == 1 + len(won)  # each win is exactly one version

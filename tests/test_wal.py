@@ -1,0 +1,230 @@
+"""Fenced WAL appender and tailer, on memory, local disk and S3."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+
+import pyarrow as pa
+import pytest
+
+from memwal_datasource.errors import CorruptEntryError, Fenced, WriterPoisoned
+from memwal_datasource.format import encode_wal_entry, wal_key
+from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.wal import WalAppender, WalTailer, find_tip
+from tests import race_worker
+from tests.helpers import SCHEMA, FlakyStore, make_batch, new_shard
+
+
+def rows(tailer: WalTailer, start: int = 1) -> list[int]:
+    out = []
+    for _pos, entry in tailer.entries(start):
+        for b in entry.batches:
+            out.extend(b.column("id").to_pylist())
+    return out
+
+
+def test_first_open_claims_epoch_one_without_sentinel(any_store):
+    shard = new_shard()
+    app = WalAppender.open(any_store, shard, schema=SCHEMA)
+    assert (app.epoch, app.next_position, app.sentinel_position) == (1, 1, None)
+    assert [app.append(SCHEMA, [make_batch(i * 10, 10)]).position for i in range(3)] == [1, 2, 3]
+    assert (app.first_position, app.last_position) == (1, 3)
+    tailer = WalTailer(any_store, shard)
+    assert rows(tailer) == list(range(30))
+    assert tailer.next_position() == 4 and tailer.first_position() == 1
+    assert [e.writer_epoch for _, e in tailer.entries(1)] == [1, 1, 1]
+
+
+def test_reopen_fences_old_writer_with_sentinel_at_tip(any_store):
+    shard = new_shard()
+    old = WalAppender.open(any_store, shard, schema=SCHEMA)
+    old.append(SCHEMA, [make_batch(0, 2)])
+    new = WalAppender.open(any_store, shard, schema=SCHEMA)
+    assert new.epoch == 2 and new.sentinel_position == 2 and new.next_position == 3
+    with pytest.raises(Fenced) as info:
+        old.append(SCHEMA, [make_batch(100, 2)])
+    assert info.value.shard_id == shard and info.value.stored_epoch == 2
+    with pytest.raises(Fenced):  # every later call raises the same typed error
+        old.append(SCHEMA, [make_batch(200, 2)])
+    assert new.append(SCHEMA, [make_batch(2, 2)]).position == 3
+    tailer = WalTailer(any_store, shard)
+    raw = list(tailer.entries(1, include_sentinels=True))
+    assert [(p, e.writer_epoch, e.is_sentinel) for p, e in raw] == [
+        (1, 1, False), (2, 2, True), (3, 2, False)]
+    assert rows(tailer) == [0, 1, 2, 3]  # sentinels never appear as rows
+
+
+def test_open_seeds_next_position_from_manifest_hint(any_store):
+    shard = new_shard()
+    app = WalAppender.open(any_store, shard)
+    for i in range(5):
+        app.append(SCHEMA, [make_batch(i, 1)])
+
+    def seen(m):
+        m.wal_entry_position_last_seen = 3
+
+    ManifestStore(any_store, shard).commit_update(app.epoch, seen)
+    again = WalAppender.open(any_store, shard)
+    # Known before any append: the sentinel went to 6, the next entry is 7.
+    assert again.sentinel_position == 6 and again.next_position == 7
+
+
+def test_transient_failures_are_retried_at_the_same_position(any_store):
+    shard = new_shard()
+    flaky = FlakyStore(any_store)
+    app = WalAppender.open(flaky, shard, max_retries=3, retry_base_delay_ms=1)
+    flaky.fail_puts = 3
+    assert app.append(SCHEMA, [make_batch(0, 4)]).position == 1
+    assert rows(WalTailer(any_store, shard)) == [0, 1, 2, 3]
+
+
+def test_lost_response_is_resolved_not_duplicated(any_store):
+    shard = new_shard()
+    flaky = FlakyStore(any_store, land=True)
+    app = WalAppender.open(flaky, shard, max_retries=3, retry_base_delay_ms=1)
+    flaky.fail_puts = 1  # the PUT lands but the caller sees an error
+    assert app.append(SCHEMA, [make_batch(0, 2)]).position == 1
+    assert app.append(SCHEMA, [make_batch(2, 2)]).position == 2
+    assert rows(WalTailer(any_store, shard)) == [0, 1, 2, 3]
+
+
+def test_exhausted_retries_poison_the_writer(any_store):
+    shard = new_shard()
+    flaky = FlakyStore(any_store)
+    app = WalAppender.open(flaky, shard, max_retries=2, retry_base_delay_ms=1)
+    flaky.fail_puts = 100
+    with pytest.raises(WriterPoisoned, match=f"shard {shard}.*position 1"):
+        app.append(SCHEMA, [make_batch(0, 1)])
+    flaky.fail_puts = 0
+    with pytest.raises(WriterPoisoned):
+        app.append(SCHEMA, [make_batch(0, 1)])
+    reopened = WalAppender.open(any_store, shard)  # reopen recovers
+    assert reopened.append(SCHEMA, [make_batch(5, 1)]).position == 2
+
+
+def test_older_writer_inflight_entry_is_skipped(any_store):
+    shard = new_shard()
+    app = WalAppender.open(any_store, shard)
+    # An entry of a lower epoch lands at our next slot (a zombie's in-flight PUT).
+    any_store.put_if_absent(wal_key(shard, 1), encode_wal_entry(SCHEMA, [make_batch(9, 1)], 0))
+    assert app.append(SCHEMA, [make_batch(0, 1)]).position == 2
+
+
+def test_find_tip_gallops_over_long_tail(any_store):
+    shard = new_shard()
+    data = encode_wal_entry(SCHEMA, [make_batch(0, 1)], 1)
+    for p in range(1, 38):
+        any_store.put_if_absent(wal_key(shard, p), data)
+    assert find_tip(any_store, shard, 1) == 38
+    assert find_tip(any_store, shard, 20) == 38
+    assert find_tip(any_store, shard, 40) == 40
+
+
+def test_tailer_range_and_missing(any_store):
+    shard = new_shard()
+    app = WalAppender.open(any_store, shard)
+    for i in range(6):
+        app.append(SCHEMA, [make_batch(i, 1)])
+    tailer = WalTailer(any_store, shard)
+    assert [p for p, _ in tailer.entries(2, 4)] == [2, 3, 4]
+    assert rows(tailer, 5) == [4, 5]
+    assert tailer.read(99) is None
+
+
+def test_corrupt_and_truncated_entries_name_shard_and_position(any_store):
+    shard = new_shard()
+    app = WalAppender.open(any_store, shard)
+    app.append(SCHEMA, [make_batch(0, 1000)])
+    good = encode_wal_entry(SCHEMA, [make_batch(0, 1000)], 1)
+    any_store.put_if_absent(wal_key(shard, 2), good[: len(good) - 100])
+    any_store.put_if_absent(wal_key(shard, 3), b"not arrow at all")
+    tailer = WalTailer(any_store, shard)
+    for pos in (2, 3):
+        with pytest.raises(CorruptEntryError) as info:
+            tailer.read(pos)
+        assert shard in str(info.value) and f"position {pos}" in str(info.value)
+    assert tailer.read(1).num_rows == 1000  # nothing already written was harmed
+
+
+def test_thread_race_fenced_writers_never_land_above_sentinel(any_store):
+    shard = new_shard()
+    n = 4
+    barrier = threading.Barrier(n)
+    results = [None] * n
+
+    def worker(i):
+        barrier.wait()
+        try:
+            app = WalAppender.open(any_store, shard, schema=SCHEMA)
+        except Fenced:
+            results[i] = None
+            return
+        got = []
+        for j in range(5):
+            try:
+                got.append(app.append(SCHEMA, [make_batch(j, 1)]).position)
+            except Fenced:
+                break
+        results[i] = (app.epoch, app.sentinel_position, got)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check_no_entry_above_newer_sentinel(any_store, shard)
+
+
+def check_no_entry_above_newer_sentinel(store, shard):
+    """For every sentinel of epoch E, no entry after it has an epoch below E."""
+    entries = list(WalTailer(store, shard).entries(1, include_sentinels=True))
+    assert entries, "the race wrote nothing"
+    max_sentinel_epoch = 0
+    for pos, entry in entries:
+        assert entry.writer_epoch >= max_sentinel_epoch, (
+            f"entry at {pos} of epoch {entry.writer_epoch} landed above a sentinel of "
+            f"epoch {max_sentinel_epoch}")
+        if entry.is_sentinel:
+            max_sentinel_epoch = max(max_sentinel_epoch, entry.writer_epoch)
+    positions = [p for p, _ in entries]
+    assert positions == list(range(1, len(positions) + 1))  # gap-free
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_process_race_claims_and_appends(location):
+    uri, opts = location
+    shard = new_shard()
+    ctx = mp.get_context("spawn")
+    n = 4
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(n)
+        with ctx.Pool(n) as pool:
+            claims = pool.starmap(race_worker.claim, [(uri, opts, shard, barrier)] * n)
+            won = [e for r, e in claims if r == "won"]
+            assert len(won) == len(set(won)) >= 1
+            barrier2 = manager.Barrier(n)
+            outs = pool.starmap(race_worker.open_and_append,
+                                [(uri, opts, shard, barrier2, 5)] * n)
+    from memwal_datasource.store import open_store
+
+    store = open_store(uri, opts)
+    check_no_entry_above_newer_sentinel(store, shard)
+    newest = max(o["epoch"] for o in outs if o["epoch"] is not None)
+    winner = [o for o in outs if o["epoch"] == newest][0]
+    assert len(winner["positions"]) == 5 and not winner["fenced"]
+    # Every position a writer reported as written holds that writer's epoch.
+    tailer = WalTailer(store, shard)
+    for o in outs:
+        for p in o["positions"]:
+            assert tailer.read(p).writer_epoch == o["epoch"]
+
+
+def test_append_keeps_user_schema_metadata(any_store):
+    shard = new_shard()
+    schema = SCHEMA.with_metadata({"owner": "me"})
+    app = WalAppender.open(any_store, shard)
+    app.append(schema, [make_batch(0, 1, schema)])
+    entry = WalTailer(any_store, shard).read(1)
+    assert entry.schema.metadata[b"owner"] == b"me" and entry.schema.metadata[b"writer_epoch"]
+    assert pa.Table.from_batches(entry.batches).num_rows == 1
