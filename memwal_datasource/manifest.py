@@ -42,7 +42,8 @@ class ManifestStore:
         self.shard_id = str(uuid.UUID(shard_id))
 
     def _where(self, version: int) -> str:
-        return f"shard {self.shard_id} version {version} ({self.store.describe(manifest_key(self.shard_id, version))})"
+        where = self.store.describe(manifest_key(self.shard_id, version))
+        return f"shard {self.shard_id} version {version} ({where})"
 
     def _exists(self, version: int) -> bool:
         return self.store.exists(manifest_key(self.shard_id, version))

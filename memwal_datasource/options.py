@@ -122,7 +122,9 @@ class S3Options:
             secret_access_key=opts.get(AWS_SECRET_ACCESS_KEY),
             session_token=opts.get(AWS_SESSION_TOKEN),
             path_style=path_style,
-            max_attempts=int(_parse_number(S3_MAX_ATTEMPTS, opts.get(S3_MAX_ATTEMPTS, "5"), int, 1)),
+            max_attempts=int(
+                _parse_number(S3_MAX_ATTEMPTS, opts.get(S3_MAX_ATTEMPTS, "5"), int, 1)
+            ),
             connect_timeout_s=_parse_number(
                 S3_CONNECT_TIMEOUT, opts.get(S3_CONNECT_TIMEOUT, "10"), float, 0.1
             ),

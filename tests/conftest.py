@@ -43,7 +43,8 @@ def s3_table(s3_server):
 def pytest_generate_tests(metafunc):
     """Tests that take ``backend`` run on every store kind."""
     if "backend" in metafunc.fixturenames and not any(
-        m.name == "parametrize" and "backend" in m.args[0] for m in metafunc.definition.iter_markers()
+        m.name == "parametrize" and "backend" in m.args[0]
+        for m in metafunc.definition.iter_markers()
     ):
         metafunc.parametrize("backend", BACKENDS)
 

@@ -7,6 +7,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from memwal_datasource._proto import ShardManifestPB
 from memwal_datasource.errors import CorruptEntryError
 from memwal_datasource.format import (
     SHARD_SEALED,
@@ -24,7 +25,6 @@ from memwal_datasource.format import (
     parse_bit_reversed_name,
     wal_key,
 )
-from memwal_datasource._proto import ShardManifestPB
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
