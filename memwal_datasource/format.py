@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -133,9 +133,9 @@ def encode_wal_entry(
     return sink.getvalue().to_pybytes()
 
 
-def encode_sentinel(schema: pa.Schema, writer_epoch: int) -> bytes:
-    """The data-less fence sentinel entry for ``writer_epoch``."""
-    return encode_wal_entry(schema, (), writer_epoch, fence_sentinel=True)
+def encode_sentinel(writer_epoch: int) -> bytes:
+    """The data-less fence sentinel for ``writer_epoch`` (empty schema, as Lance writes it)."""
+    return encode_wal_entry(pa.schema([]), (), writer_epoch, fence_sentinel=True)
 
 
 def decode_wal_entry(data: bytes, where: str) -> WalEntry:
@@ -277,7 +277,3 @@ def decode_version_hint(data: bytes) -> int | None:
     except (ValueError, KeyError, TypeError):
         return None
 
-
-def positions(first: int, last: int) -> Sequence[int]:
-    """Inclusive range of WAL positions."""
-    return range(first, last + 1)

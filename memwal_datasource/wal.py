@@ -106,7 +106,8 @@ class WalAppender:
         """Claim a new epoch on the shard and position at the WAL tip.
 
         This writes: a new manifest version, and from epoch 2 on a fence
-        sentinel entry at the tip (with ``schema`` if given).
+        sentinel entry at the tip. Like Lance's own writer, the sentinel has an
+        empty schema; ``schema`` is accepted for symmetry and ignored.
         """
         manifests = ManifestStore(store, shard_id)
         m = manifests.claim_epoch(create=create)
@@ -115,7 +116,7 @@ class WalAppender:
         appender = cls(store, manifests.shard_id, m.writer_epoch, tip,
                        max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms)
         if m.writer_epoch >= 2:
-            res = appender._append_bytes(encode_sentinel(schema or pa.schema([]), m.writer_epoch))
+            res = appender._append_bytes(encode_sentinel(m.writer_epoch))
             appender.sentinel_position = res.position
         return appender
 

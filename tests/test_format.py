@@ -73,8 +73,10 @@ def test_wal_only_entry_has_no_generation():
 
 
 def test_sentinel_has_no_batches():
-    entry = decode_wal_entry(encode_sentinel(SCHEMA, 3), "t")
+    entry = decode_wal_entry(encode_sentinel(3), "t")
     assert entry.is_sentinel and entry.batches == [] and entry.writer_epoch == 3
+    assert len(entry.schema) == 0
+    assert entry.schema.metadata == {b"fence_sentinel": b"true", b"writer_epoch": b"3"}
 
 
 def test_truncated_entry_names_where():

@@ -1,0 +1,202 @@
+"""MemTable mode: pylance's native ShardWriter behind our ShardWriter interface.
+
+pylance owns the MemTable, replay on open, SSTable flush and indexes; we only
+map the configuration, translate its errors into our typed ones, and recover
+what pylance does not report (epoch, WAL position range, new SSTables) from
+the shard's manifest and WAL, which is the format's truth anyway.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from .config import ShardWriterConfig
+from .errors import ConfigError, Fenced, MemWalError
+from .manifest import ManifestStore
+from .options import lance_storage_options
+from .store import open_store
+from .wal import WalTailer
+from .writer import NotInThisMode, ShardWriter, WriterStats, as_batches, check_schema
+
+# Config fields pylance 14's mem_wal_writer accepts as keyword arguments.
+NATIVE_KWARGS = (
+    "durable_write",
+    "max_wal_buffer_size",
+    "max_wal_flush_interval_ms",
+    "max_memtable_size",
+    "max_memtable_rows",
+    "max_memtable_batches",
+    "max_unflushed_memtable_bytes",
+)
+# Ours or Lance's, but not settable through pylance 14: only their defaults fit.
+_NOT_SETTABLE = ("max_wal_persist_retries", "wal_persist_retry_base_delay_ms",
+                 "backpressure_timeout_ms")
+_FENCED = re.compile(r"local epoch (\d+) < stored epoch (\d+)")
+
+
+def check_native_config(config: ShardWriterConfig) -> None:
+    """Refuse settings pylance's native writer cannot honour, naming the field."""
+    default = ShardWriterConfig()
+    for name in _NOT_SETTABLE:
+        if getattr(config, name) != getattr(default, name):
+            raise ConfigError(
+                f"'{name}' cannot be set with enable_memtable=true: pylance's native "
+                f"writer does not expose it (it uses {getattr(default, name)}); "
+                "use enable_memtable=false to control it"
+            )
+    if config.durable_write and config.max_wal_flush_interval_ms == 0:
+        raise ConfigError(
+            "'max_wal_flush_interval_ms' must be > 0 with durable_write=true in MemTable mode"
+        )
+
+
+def translate(exc: Exception, shard_id: str, epoch: int) -> Exception:
+    """Map pylance's OSError strings to our typed errors."""
+    msg = str(exc)
+    if "fenced" in msg.lower():
+        m = _FENCED.search(msg)
+        stored = int(m.group(2)) if m else epoch + 1
+        return Fenced(shard_id, epoch, stored, "reported by pylance")
+    return MemWalError(f"shard {shard_id}: pylance writer failed: {msg}")
+
+
+class NativeShardWriter(ShardWriter):
+    """pylance's ``LanceDataset.mem_wal_writer`` with our interface and stats."""
+
+    def __init__(self, native, uri, store, shard_id, schema, config, epoch, tip_before,
+                 sstables_before):
+        self._native = native
+        self.uri = uri
+        self._store = store
+        self.shard_id = shard_id
+        self.schema = schema
+        self.config = config
+        self.epoch = epoch
+        self._tip_before = tip_before
+        self._sstables_before = sstables_before
+        self._stats = WriterStats(shard_id, epoch, "memtable")
+        self._closed = False
+        self._error: Exception | None = None
+        self._final: WriterStats | None = None
+
+    @classmethod
+    def open(cls, uri: str, shard_id: str, schema: pa.Schema, config: ShardWriterConfig,
+             storage_options: Mapping[str, str] | None = None) -> NativeShardWriter:
+        """Open the native writer (claims an epoch, drops a sentinel, replays the WAL)."""
+        import lance
+
+        check_native_config(config)
+        store = open_store(uri, storage_options)
+        try:
+            ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
+        except (OSError, ValueError) as exc:
+            raise MemWalError(
+                f"MemTable mode needs an existing Lance table with a MemWAL at {uri}: {exc}"
+            ) from None
+        manifests = ManifestStore(store, shard_id)
+        before = manifests.latest()
+        tip_before = WalTailer(store, manifests.shard_id).next_position()
+        kwargs = {name: getattr(config, name) for name in NATIVE_KWARGS}
+        try:
+            native = ds.mem_wal_writer(manifests.shard_id, **kwargs)
+        except OSError as exc:
+            raise translate(exc, manifests.shard_id, 0) from None
+        after = manifests.latest()
+        return cls(native, uri, store, manifests.shard_id, schema, config,
+                   after.writer_epoch if after else 0, tip_before,
+                   {s.path for s in (before.sstables if before else [])})
+
+    def put(self, batches) -> None:
+        if self._error is not None:
+            raise self._error
+        items = [check_schema(self.shard_id, self.schema, b) for b in as_batches(batches)]
+        items = [b for b in items if b.num_rows]
+        if not items:
+            return
+        try:
+            self._native.put(pa.Table.from_batches(items, schema=self.schema))
+        except OSError as exc:
+            self._error = translate(exc, self.shard_id, self.epoch)
+            raise self._error from None
+        self._stats.puts += 1
+        rows = sum(b.num_rows for b in items)
+        self._stats.rows += rows
+        self._stats.bytes += sum(b.get_total_buffer_size() for b in items)
+        if self.config.durable_write:
+            self._stats.rows_durable += rows
+        else:
+            self._stats.rows_not_durable += rows
+
+    def flush(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if not self.config.durable_write:
+            raise NotInThisMode(
+                f"shard {self.shard_id}: pylance's native writer has no flush(); with "
+                "durable_write=false rows become durable at close()"
+            )
+
+    def close(self) -> None:
+        if self._closed:
+            if self._error is not None:
+                raise self._error
+            return
+        self._closed = True
+        try:
+            self._native.close()
+        except OSError as exc:
+            self._error = self._error or translate(exc, self.shard_id, self.epoch)
+        self._final = self._collect()
+        if self._error is not None:
+            raise self._error
+        self._final.rows_durable += self._final.rows_not_durable
+        self._final.rows_not_durable = 0
+
+    def abort(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - aborting; the caller's error wins
+            pass
+
+    def _collect(self) -> WriterStats:
+        """Merge pylance's counters with what the manifest and WAL say."""
+        s = WriterStats(**{k: getattr(self._stats, k) for k in self._stats.__dataclass_fields__})
+        try:
+            native = self._native.stats()
+            s.wal_entries = int(native.get("wal_flush_count", 0))
+            s.wal_bytes = int(native.get("wal_flush_bytes", 0))
+            s.memtable = dict(native)
+        except OSError:
+            s.memtable = {}
+        tailer = WalTailer(self._store, self.shard_id)
+        tip = tailer.next_position()
+        s.next_wal_entry_position = tip
+        first = None
+        for pos, entry in tailer.entries(self._tip_before, include_sentinels=True):
+            if entry.writer_epoch == self.epoch and not entry.is_sentinel:
+                first = pos
+                break
+            if entry.writer_epoch == self.epoch and entry.is_sentinel:
+                s.sentinel_position = pos
+        if first is not None:
+            s.first_wal_position, s.last_wal_position = first, tip - 1
+        latest = ManifestStore(self._store, self.shard_id).latest()
+        if latest is not None:
+            s.sstables = [t.path for t in latest.sstables if t.path not in self._sstables_before]
+        return s
+
+    def stats(self) -> WriterStats:
+        if self._final is not None:
+            return self._final
+        s = WriterStats(**{k: getattr(self._stats, k) for k in self._stats.__dataclass_fields__})
+        try:
+            s.memtable = dict(self._native.memtable_stats())
+            native = self._native.stats()
+            s.wal_entries = int(native.get("wal_flush_count", 0))
+            s.wal_bytes = int(native.get("wal_flush_bytes", 0))
+        except OSError as exc:
+            raise translate(exc, self.shard_id, self.epoch) from None
+        return s

@@ -1,0 +1,365 @@
+"""ShardWriter: one entry point for both modes, selected by ``enable_memtable``.
+
+* ``enable_memtable=False``: our asynchronous batched WAL-only pipeline
+  (:class:`WalOnlyShardWriter`). ``put`` enqueues; a background flusher writes
+  one WAL entry when ``max_wal_buffer_size`` bytes are pending or
+  ``max_wal_flush_interval_ms`` has passed.
+* ``enable_memtable=True``: pylance's native ShardWriter
+  (:class:`memwal_datasource.native.NativeShardWriter`), which owns the
+  MemTable, replay on open, SSTable flush and indexes.
+
+Opening a writer **writes**: it claims a new epoch on the shard manifest,
+fencing any older writer, and may drop a fence sentinel at the WAL tip. A
+writer that raises :class:`~memwal_datasource.errors.Fenced` must stop; reopen
+only to take the shard back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .config import ShardWriterConfig
+from .errors import ConfigError, MemWalError
+from .format import encode_wal_entry
+from .store import ObjectStore, open_store
+from .wal import WalAppender
+
+log = logging.getLogger(__name__)
+
+
+class WriterStalled(MemWalError):
+    """The pipeline made no progress for ``backpressure_timeout_ms``."""
+
+
+class NotInThisMode(MemWalError):
+    """The statistic or call exists only in the other writer mode."""
+
+
+@dataclass
+class FlushTiming:
+    """One WAL flush: how long its batches queued, the PUT took, and in total."""
+
+    queue_wait_s: float
+    put_s: float
+    total_s: float
+    rows: int
+    nbytes: int
+    position: int
+
+
+@dataclass
+class WriterStats:
+    """What a writer has done; also what a Spark task reports in its commit message."""
+
+    shard_id: str
+    epoch: int
+    mode: str
+    puts: int = 0
+    rows: int = 0
+    bytes: int = 0
+    wal_entries: int = 0
+    wal_bytes: int = 0
+    rows_durable: int = 0
+    rows_not_durable: int = 0
+    next_wal_entry_position: int = 0
+    first_wal_position: int | None = None
+    last_wal_position: int | None = None
+    sentinel_position: int | None = None
+    sstables: list[str] = field(default_factory=list)
+    flushes: list[FlushTiming] = field(default_factory=list)
+    memtable: dict | None = None
+
+    def memtable_stats(self) -> dict:
+        """MemTable statistics; only MemTable mode has them."""
+        if self.memtable is None:
+            raise NotInThisMode(
+                f"shard {self.shard_id}: MemTable statistics exist only with "
+                "enable_memtable=true; this writer runs in WAL-only mode"
+            )
+        return self.memtable
+
+
+class ShardWriter(ABC):
+    """The interface both modes share. Use as a context manager."""
+
+    shard_id: str
+    epoch: int
+
+    @abstractmethod
+    def put(self, batches: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
+        """Write batches. With ``durable_write`` it returns once they are durable."""
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Make everything put so far durable."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release resources; raises if rows could not be made durable."""
+
+    @abstractmethod
+    def stats(self) -> WriterStats:
+        """A snapshot of the writer's statistics."""
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        """Stop without flushing (used when the caller is failing anyway)."""
+        try:
+            self.close()
+        except Exception as exc:  # noqa: BLE001 - the original error matters more
+            log.warning("shard %s: error while aborting writer: %s", self.shard_id, exc)
+
+
+def as_batches(data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """Normalise a put argument to a list of record batches."""
+    if isinstance(data, pa.RecordBatch):
+        return [data]
+    if isinstance(data, pa.Table):
+        return data.to_batches()
+    return list(data)
+
+
+def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Return ``batch`` with the writer's schema, or raise naming the mismatch."""
+    got = batch.schema
+    if got.equals(expected, check_metadata=False):
+        return batch
+    if got.names != expected.names:
+        raise ConfigError(
+            f"shard {shard_id}: batch columns {got.names} do not match the table's "
+            f"{expected.names}"
+        )
+    for g, e in zip(got, expected, strict=True):
+        if not g.type.equals(e.type):
+            raise ConfigError(
+                f"shard {shard_id}: column '{e.name}' has type {g.type}, table has {e.type}"
+            )
+    # Only nullability differs: the data decides whether it fits.
+    for name, col in zip(expected.names, batch.columns, strict=True):
+        if not expected.field(name).nullable and col.null_count:
+            raise ConfigError(
+                f"shard {shard_id}: column '{name}' is not nullable but has {col.null_count} nulls"
+            )
+    return pa.RecordBatch.from_arrays(batch.columns, schema=expected)
+
+
+@dataclass
+class _Pending:
+    batch: pa.RecordBatch
+    nbytes: int
+    seq: int
+    enqueued: float
+
+
+class WalOnlyShardWriter(ShardWriter):
+    """Our asynchronous, batched, fenced WAL-only writer."""
+
+    def __init__(self, appender: WalAppender, schema: pa.Schema, config: ShardWriterConfig):
+        self._appender = appender
+        self.shard_id = appender.shard_id
+        self.epoch = appender.epoch
+        self.schema = schema
+        self.config = config
+        self._cond = threading.Condition()
+        self._pending: deque[_Pending] = deque()
+        self._pending_bytes = 0
+        self._seq = 0  # last sequence number handed to a put
+        self._durable_seq = 0  # every put with seq <= this is durable
+        self._flush_upto = 0  # a flush() asked for everything up to this seq
+        self._error: BaseException | None = None
+        self._closing = False
+        self._stats = WriterStats(self.shard_id, self.epoch, "wal_only",
+                                  next_wal_entry_position=appender.next_position,
+                                  sentinel_position=appender.sentinel_position)
+        self._thread = threading.Thread(
+            target=self._run, name=f"memwal-flusher-{self.shard_id[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    # -- public API ---------------------------------------------------------
+
+    def put(self, batches) -> None:
+        items = [check_schema(self.shard_id, self.schema, b) for b in as_batches(batches)]
+        items = [b for b in items if b.num_rows]
+        if not items:
+            return
+        with self._cond:
+            self._raise_if_failed()
+            if self._closing:
+                raise MemWalError(f"shard {self.shard_id}: put after close")
+            for batch in items:
+                nbytes = batch.get_total_buffer_size()
+                self._wait(lambda n=nbytes: not self._pending
+                           or self._pending_bytes + n <= self.config.max_unflushed_memtable_bytes,
+                           "backpressure: queued bytes at max_unflushed_memtable_bytes")
+                self._seq += 1
+                self._pending.append(_Pending(batch, nbytes, self._seq, time.monotonic()))
+                self._pending_bytes += nbytes
+                self._stats.rows += batch.num_rows
+                self._stats.bytes += nbytes
+                self._stats.rows_not_durable += batch.num_rows
+            self._stats.puts += 1
+            self._cond.notify_all()
+            if self.config.durable_write:
+                seq = self._seq
+                self._wait(lambda: self._durable_seq >= seq, "waiting for a durable WAL entry")
+
+    def flush(self) -> None:
+        with self._cond:
+            self._raise_if_failed()
+            seq = self._seq
+            self._flush_upto = max(self._flush_upto, seq)
+            self._cond.notify_all()
+            self._wait(lambda: self._durable_seq >= seq, "flushing")
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closing and not self._thread.is_alive():
+                self._raise_if_failed()
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        with self._cond:
+            self._raise_if_failed()
+
+    def abort(self) -> None:
+        with self._cond:
+            self._closing = True
+            if self._error is None:
+                self._error = MemWalError(f"shard {self.shard_id}: writer aborted")
+            self._cond.notify_all()
+        self._thread.join()
+
+    def stats(self) -> WriterStats:
+        with self._cond:
+            s = WriterStats(**{k: getattr(self._stats, k) for k in self._stats.__dataclass_fields__})
+            s.flushes = list(self._stats.flushes)
+            s.next_wal_entry_position = self._appender.next_position
+            s.first_wal_position = self._appender.first_position
+            s.last_wal_position = self._appender.last_position
+            return s
+
+    # -- internals ------------------------------------------------------------
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _wait(self, ready, what: str) -> None:
+        """Wait on the condition until ``ready()``; surface errors and stalls."""
+        timeout = self.config.backpressure_timeout_ms / 1000.0
+        progress = self._durable_seq
+        deadline = time.monotonic() + timeout
+        while not ready():
+            self._raise_if_failed()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WriterStalled(
+                    f"shard {self.shard_id}: no WAL entry became durable for "
+                    f"{timeout:.1f}s while {what} (backpressure_timeout_ms)"
+                )
+            self._cond.wait(remaining)
+            if self._durable_seq != progress:  # progress resets the stall clock
+                progress = self._durable_seq
+                deadline = time.monotonic() + timeout
+        self._raise_if_failed()
+
+    def _due(self, now: float) -> bool:
+        if not self._pending:
+            return False
+        if self._closing or self._flush_upto > self._durable_seq:
+            return True
+        if self._pending_bytes >= self.config.max_wal_buffer_size:
+            return True
+        return now - self._pending[0].enqueued >= self.config.max_wal_flush_interval_ms / 1000.0
+
+    def _run(self) -> None:
+        interval = self.config.max_wal_flush_interval_ms / 1000.0
+        while True:
+            with self._cond:
+                while not self._due(time.monotonic()):
+                    if self._closing and not self._pending:
+                        return
+                    if self._error is not None:
+                        return
+                    wait = None
+                    if self._pending:
+                        wait = max(0.0, self._pending[0].enqueued + interval - time.monotonic())
+                    self._cond.wait(wait)
+                if self._error is not None:
+                    return
+                # Take (but do not remove) up to one buffer's worth: a failed
+                # append leaves these batches queued, never dropped.
+                take, size = [], 0
+                for item in self._pending:
+                    if take and size + item.nbytes > self.config.max_wal_buffer_size:
+                        break
+                    take.append(item)
+                    size += item.nbytes
+            try:
+                started = time.monotonic()
+                data = encode_wal_entry(self.schema, [p.batch for p in take], self.epoch)
+                res = self._appender.append_encoded(data)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting put
+                with self._cond:
+                    self._error = exc
+                    self._cond.notify_all()
+                log.error("shard %s: WAL flush failed: %s", self.shard_id, exc)
+                return
+            done = time.monotonic()
+            with self._cond:
+                for _ in take:
+                    self._pending.popleft()
+                self._pending_bytes -= size
+                self._durable_seq = take[-1].seq
+                rows = sum(p.batch.num_rows for p in take)
+                self._stats.wal_entries += 1
+                self._stats.wal_bytes += res.nbytes
+                self._stats.rows_durable += rows
+                self._stats.rows_not_durable -= rows
+                self._stats.flushes.append(FlushTiming(
+                    queue_wait_s=started - take[0].enqueued,
+                    put_s=res.put_seconds, total_s=done - take[0].enqueued, rows=rows,
+                    nbytes=res.nbytes, position=res.position))
+                self._cond.notify_all()
+
+
+def open_shard_writer(
+    uri: str,
+    shard_id: str,
+    schema: pa.Schema,
+    config: ShardWriterConfig | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    store: ObjectStore | None = None,
+) -> ShardWriter:
+    """Validate ``config``, claim the shard and return a writer of the configured mode."""
+    config = (config or ShardWriterConfig()).validate()
+    if config.enable_memtable:
+        from .native import NativeShardWriter
+
+        return NativeShardWriter.open(uri, shard_id, schema, config, storage_options)
+    store = store or open_store(uri, storage_options)
+    appender = WalAppender.open(
+        store, shard_id, schema=schema,
+        max_retries=config.max_wal_persist_retries,
+        retry_base_delay_ms=config.wal_persist_retry_base_delay_ms,
+    )
+    return WalOnlyShardWriter(appender, schema, config)
