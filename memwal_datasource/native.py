@@ -163,7 +163,7 @@ class NativeShardWriter(ShardWriter):
 
     def _collect(self) -> WriterStats:
         """Merge pylance's counters with what the manifest and WAL say."""
-        s = WriterStats(**{k: getattr(self._stats, k) for k in self._stats.__dataclass_fields__})
+        s = self._stats.copy()
         try:
             native = self._native.stats()
             s.wal_entries = int(native.get("wal_flush_count", 0))
@@ -191,7 +191,7 @@ class NativeShardWriter(ShardWriter):
     def stats(self) -> WriterStats:
         if self._final is not None:
             return self._final
-        s = WriterStats(**{k: getattr(self._stats, k) for k in self._stats.__dataclass_fields__})
+        s = self._stats.copy()
         try:
             s.memtable = dict(self._native.memtable_stats())
             native = self._native.stats()

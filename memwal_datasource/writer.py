@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -76,6 +76,10 @@ class WriterStats:
     sstables: list[str] = field(default_factory=list)
     flushes: list[FlushTiming] = field(default_factory=list)
     memtable: dict | None = None
+
+    def copy(self) -> WriterStats:
+        """An independent snapshot."""
+        return replace(self, flushes=list(self.flushes), sstables=list(self.sstables))
 
     def memtable_stats(self) -> dict:
         """MemTable statistics; only MemTable mode has them."""
@@ -249,8 +253,7 @@ class WalOnlyShardWriter(ShardWriter):
 
     def stats(self) -> WriterStats:
         with self._cond:
-            s = WriterStats(**{k: getattr(self._stats, k) for k in self._stats.__dataclass_fields__})
-            s.flushes = list(self._stats.flushes)
+            s = self._stats.copy()
             s.next_wal_entry_position = self._appender.next_position
             s.first_wal_position = self._appender.first_position
             s.last_wal_position = self._appender.last_position
