@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -36,26 +36,32 @@ from .store import ObjectStore
 log = logging.getLogger(__name__)
 
 
-def find_tip(store: ObjectStore, shard_id: str, start: int) -> int:
-    """The first missing WAL position at or after ``start`` (>= 1).
+def first_missing(exists: Callable[[int], bool], start: int) -> int:
+    """The first ``n >= start`` for which ``exists(n)`` is false.
 
-    Gallops forward (1, 2, 4, ... past ``start``) then bisects, so a long
-    unflushed tail costs O(log n) HEAD requests instead of one per entry.
+    Valid for prefix-closed sequences (if ``n`` is missing so is ``n + 1``), such
+    as WAL positions and commit sequence numbers. Gallops forward (1, 2, 4, ...
+    past ``start``) then bisects, so a long run costs O(log n) probes.
     """
     start = max(1, start)
-    if not store.exists(wal_key(shard_id, start)):
+    if not exists(start):
         return start
     lo, step = start, 1  # lo exists
-    while store.exists(wal_key(shard_id, lo + step)):
+    while exists(lo + step):
         lo, step = lo + step, step * 2
     hi = lo + step  # hi is missing
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if store.exists(wal_key(shard_id, mid)):
+        if exists(mid):
             lo = mid
         else:
             hi = mid
     return hi
+
+
+def find_tip(store: ObjectStore, shard_id: str, start: int) -> int:
+    """The first missing WAL position at or after ``start`` (>= 1)."""
+    return first_missing(lambda p: store.exists(wal_key(shard_id, p)), start)
 
 
 @dataclass

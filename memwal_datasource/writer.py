@@ -139,6 +139,20 @@ def as_batches(data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> li
     return list(data)
 
 
+def _widening(got: pa.DataType, want: pa.DataType) -> bool:
+    """Same logical type, other offset width (Spark may send large strings)."""
+    pairs = ((pa.types.is_string, pa.types.is_large_string),
+             (pa.types.is_binary, pa.types.is_large_binary))
+    return any((a(got) and b(want)) or (b(got) and a(want)) for a, b in pairs)
+
+
+def cast_columns(columns: list[pa.Array], schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of ``columns`` with ``schema``, casting columns whose type differs."""
+    return pa.RecordBatch.from_arrays(
+        [c if c.type.equals(f.type) else c.cast(f.type)
+         for c, f in zip(columns, schema, strict=True)], schema=schema)
+
+
 def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> pa.RecordBatch:
     """Return ``batch`` with the writer's schema, or raise naming the mismatch."""
     got = batch.schema
@@ -150,17 +164,18 @@ def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> p
             f"{expected.names}"
         )
     for g, e in zip(got, expected, strict=True):
-        if not g.type.equals(e.type):
+        if not g.type.equals(e.type) and not _widening(g.type, e.type):
             raise ConfigError(
                 f"shard {shard_id}: column '{e.name}' has type {g.type}, table has {e.type}"
             )
-    # Only nullability differs: the data decides whether it fits.
+    # Nullability differs only in the declared schema: the data decides.
     for name, col in zip(expected.names, batch.columns, strict=True):
         if not expected.field(name).nullable and col.null_count:
             raise ConfigError(
-                f"shard {shard_id}: column '{name}' is not nullable but has {col.null_count} nulls"
+                f"shard {shard_id}: column '{name}' is not nullable (a primary key?) but the "
+                f"data has {col.null_count} null(s)"
             )
-    return pa.RecordBatch.from_arrays(batch.columns, schema=expected)
+    return cast_columns(batch.columns, expected)
 
 
 @dataclass

@@ -1,0 +1,194 @@
+"""Spark option parsing, done once on the driver before any task runs.
+
+Spark hands options over as lower-cased string keys with string values. Every
+option is checked here; an unknown key or a bad value fails with a message
+that names the option and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..config import ShardWriterConfig
+from ..errors import ConfigError
+from ..options import normalize, parse_bool, redact
+
+STORAGE_PREFIX = "storage."
+# Shard ids are uuid5 in this namespace of (table, writer group, partition).
+SHARD_NAMESPACE = uuid.UUID("5d0f3c39-2a64-4a55-9a0e-6d2c7c3b8b1e")
+
+WRITE_OPTIONS = {
+    "path": "the Lance table URI (local path, file://, s3://)",
+    "writer_group": "name of this writer's shard set (default 'default'); give concurrent "
+                    "jobs on one table different groups",
+    "primary_key": "comma-separated primary-key columns, used when creating the table",
+    "create_table": "create the table if missing (default true)",
+    "num_shards": "map Spark partitions onto this many shards (default: one per partition)",
+    "query_id": "streaming: the stream's identity for exactly-once commits (default: derived "
+                "from checkpointLocation)",
+    "checkpointlocation": "streaming: Spark's checkpoint location",
+}
+READ_OPTIONS = {
+    "path": WRITE_OPTIONS["path"],
+    "isolation": "read_committed (default) or read_uncommitted",
+    "shards": "comma-separated shard ids to read (default all)",
+    "starting_positions": "'earliest' (default) or JSON {shard: first position}",
+    "ending_positions": "'latest' (default) or JSON {shard: last position}",
+    "metadata_columns": "true to add _shard_id, _wal_position, _writer_epoch",
+    "max_entries_per_partition": "split shards into position ranges of this many entries",
+    "max_entries_per_trigger": "streaming: at most this many WAL entries per micro-batch",
+    "max_rows_per_trigger": "streaming: about this many rows per micro-batch",
+    "poll_interval_ms": "unused by Spark's engine; accepted for compatibility",
+}
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+def _check_known(options: Mapping[str, str], allowed: Mapping[str, str], what: str) -> None:
+    for key in options:
+        if key.startswith(STORAGE_PREFIX) or key in allowed:
+            continue
+        if key in ShardWriterConfig.field_names() and what == "write":
+            continue
+        names = sorted(set(allowed) | (set(ShardWriterConfig.field_names())
+                                       if what == "write" else set()))
+        raise ConfigError(
+            f"unknown {what} option '{key}'; allowed: {', '.join(names)}, or "
+            f"'{STORAGE_PREFIX}<name>' for storage options (e.g. storage.aws_endpoint)"
+        )
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """``storage.<name>`` options with the prefix removed, aliases folded."""
+    return normalize({k[len(STORAGE_PREFIX):]: v for k, v in options.items()
+                      if k.startswith(STORAGE_PREFIX)})
+
+
+def table_path(options: Mapping[str, str]) -> str:
+    """The table URI from ``path`` (``.save(path)`` / ``.load(path)``)."""
+    path = options.get("path")
+    if not path:
+        raise ConfigError("option 'path' is required: .save('<table uri>') or "
+                          ".option('path', ...)")
+    return path.rstrip("/")
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"option '{name}' must be a positive integer, got '{raw}'")
+    return value
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Everything a write job needs, validated."""
+
+    path: str
+    writer_group: str
+    primary_key: tuple[str, ...]
+    create_table: bool
+    num_shards: int | None
+    config: ShardWriterConfig
+    storage: dict[str, str] = field(repr=False)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        """Validate every write option; raise :class:`ConfigError` naming the bad one."""
+        opts = {k.lower(): v for k, v in options.items()}
+        _check_known(opts, WRITE_OPTIONS, "write")
+        group = opts.get("writer_group", "default")
+        if not group or "/" in group:
+            raise ConfigError(f"option 'writer_group' must be a non-empty name without '/', "
+                              f"got '{group}'")
+        pk = tuple(c.strip() for c in opts.get("primary_key", "").split(",") if c.strip())
+        config = ShardWriterConfig.from_options(opts)
+        return cls(path=table_path(opts), writer_group=group, primary_key=pk,
+                   create_table=parse_bool("create_table", opts.get("create_table", "true")),
+                   num_shards=_positive_int(opts, "num_shards"), config=config,
+                   storage=storage_options(opts))
+
+    def shard_for(self, partition_id: int) -> str:
+        """The deterministic shard of a Spark partition in this writer group."""
+        slot = partition_id % self.num_shards if self.num_shards else partition_id
+        return str(uuid.uuid5(SHARD_NAMESPACE, f"{self.path}|{self.writer_group}|{slot}"))
+
+    def describe(self) -> str:
+        """Loggable summary (secrets redacted)."""
+        return (f"path={self.path} writer_group={self.writer_group} "
+                f"enable_memtable={self.config.enable_memtable} "
+                f"storage={redact(self.storage)}")
+
+
+def _positions(options: Mapping[str, str], name: str, keyword: str) -> dict[str, int] | None:
+    raw = options.get(name, keyword).strip()
+    if raw.lower() == keyword:
+        return None
+    try:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict):
+            raise ValueError("not an object")
+        return {str(uuid.UUID(k)): int(v) for k, v in parsed.items()}
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"option '{name}' must be '{keyword}' or a JSON object "
+            f"{{\"<shard uuid>\": <position>}}, got '{raw}' ({exc})"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Everything a batch or streaming read needs, validated."""
+
+    path: str
+    isolation: str
+    shards: tuple[str, ...] | None
+    starting: dict[str, int] | None
+    ending: dict[str, int] | None
+    metadata_columns: bool
+    max_entries_per_partition: int
+    max_entries_per_trigger: int | None
+    max_rows_per_trigger: int | None
+    storage: dict[str, str] = field(repr=False)
+
+    @property
+    def committed(self) -> bool:
+        """True for ``read_committed``."""
+        return self.isolation == "read_committed"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        """Validate every read option; raise :class:`ConfigError` naming the bad one."""
+        opts = {k.lower(): v for k, v in options.items()}
+        _check_known(opts, READ_OPTIONS, "read")
+        isolation = opts.get("isolation", "read_committed").lower()
+        if isolation not in ISOLATION_LEVELS:
+            raise ConfigError(f"option 'isolation' must be one of {ISOLATION_LEVELS}, "
+                              f"got '{opts['isolation']}'")
+        shards = None
+        if opts.get("shards"):
+            try:
+                shards = tuple(str(uuid.UUID(s.strip())) for s in opts["shards"].split(",")
+                               if s.strip())
+            except ValueError:
+                raise ConfigError(f"option 'shards' must list shard UUIDs, got "
+                                  f"'{opts['shards']}'") from None
+        return cls(
+            path=table_path(opts), isolation=isolation, shards=shards,
+            starting=_positions(opts, "starting_positions", "earliest"),
+            ending=_positions(opts, "ending_positions", "latest"),
+            metadata_columns=parse_bool("metadata_columns",
+                                        opts.get("metadata_columns", "false")),
+            max_entries_per_partition=_positive_int(opts, "max_entries_per_partition") or 64,
+            max_entries_per_trigger=_positive_int(opts, "max_entries_per_trigger"),
+            max_rows_per_trigger=_positive_int(opts, "max_rows_per_trigger"),
+            storage=storage_options(opts),
+        )
