@@ -25,7 +25,7 @@ def s3_server(tmp_path_factory):
     try:
         server = start_s3_server(str(tmp_path_factory.mktemp("s3")))
     except Exception as exc:  # noqa: BLE001 - reason printed with the skip
-        reason = f"no S3 server could start: {exc}"
+        reason = str(exc)
         print(f"SKIP: {reason}", file=sys.stderr)
         pytest.skip(reason)
     yield server
