@@ -108,8 +108,10 @@ def data_schema(schema: pa.Schema) -> pa.Schema:
 def schema_mismatch(table: pa.Schema, incoming: pa.Schema) -> str | None:
     """Describe how ``incoming`` differs from the table's schema, or ``None``.
 
-    Names and types must match exactly; a nullable incoming column may feed a
-    non-nullable table column only if its data has no nulls (checked on write).
+    Names and types must match (string widths aside). Nullability is not
+    judged here: Spark marks columns nullable after most expressions and UDFs,
+    so a nullable column may feed a non-nullable one; the writer checks the data
+    and fails naming the column if a null arrives, before writing that batch.
     """
     if table.names != incoming.names:
         missing = [n for n in table.names if n not in incoming.names]
@@ -123,9 +125,13 @@ def schema_mismatch(table: pa.Schema, incoming: pa.Schema) -> str | None:
             parts.append(f"column order {incoming.names} differs from {table.names}")
         return "; ".join(parts)
     for t, i in zip(table, incoming, strict=True):
-        if not t.type.equals(i.type):
+        if not t.type.equals(i.type) and not same_logical_type(t.type, i.type):
             return f"column '{t.name}' is {i.type} in the DataFrame but {t.type} in the table"
-        if t.nullable is False and i.nullable and (t.metadata or {}).get(PK_METADATA_KEY) is None:
-            return (f"column '{t.name}' is nullable in the DataFrame but not nullable in "
-                    "the table")
     return None
+
+
+def same_logical_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Same logical type with another offset width (Spark may send large strings)."""
+    pairs = ((pa.types.is_string, pa.types.is_large_string),
+             (pa.types.is_binary, pa.types.is_large_binary))
+    return any((x(a) and y(b)) or (y(a) and x(b)) for x, y in pairs)

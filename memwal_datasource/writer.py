@@ -30,6 +30,7 @@ from .config import ShardWriterConfig
 from .errors import ConfigError, MemWalError
 from .format import encode_wal_entry
 from .store import ObjectStore, open_store
+from .table import same_logical_type
 from .wal import WalAppender
 
 log = logging.getLogger(__name__)
@@ -139,13 +140,6 @@ def as_batches(data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> li
     return list(data)
 
 
-def _widening(got: pa.DataType, want: pa.DataType) -> bool:
-    """Same logical type, other offset width (Spark may send large strings)."""
-    pairs = ((pa.types.is_string, pa.types.is_large_string),
-             (pa.types.is_binary, pa.types.is_large_binary))
-    return any((a(got) and b(want)) or (b(got) and a(want)) for a, b in pairs)
-
-
 def cast_columns(columns: list[pa.Array], schema: pa.Schema) -> pa.RecordBatch:
     """A batch of ``columns`` with ``schema``, casting columns whose type differs."""
     return pa.RecordBatch.from_arrays(
@@ -164,7 +158,7 @@ def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> p
             f"{expected.names}"
         )
     for g, e in zip(got, expected, strict=True):
-        if not g.type.equals(e.type) and not _widening(g.type, e.type):
+        if not g.type.equals(e.type) and not same_logical_type(g.type, e.type):
             raise ConfigError(
                 f"shard {shard_id}: column '{e.name}' has type {g.type}, table has {e.type}"
             )
@@ -214,6 +208,8 @@ class WalOnlyShardWriter(ShardWriter):
     # -- public API ---------------------------------------------------------
 
     def put(self, batches) -> None:
+        with self._cond:  # a fenced or poisoned writer refuses every put, even an empty one
+            self._raise_if_failed()
         items = [check_schema(self.shard_id, self.schema, b) for b in as_batches(batches)]
         items = [b for b in items if b.num_rows]
         if not items:

@@ -66,3 +66,35 @@ def location(backend, request, tmp_path):
 def any_store(location):
     """A fresh store of the parametrized ``backend``."""
     return open_store(*location)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole run: local[2,4] (2 threads, 4 tries per task), UI off."""
+    from pyspark.sql import SparkSession
+
+    from memwal_datasource import MemWalDataSource
+
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("memwal-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(MemWalDataSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def spark_location(backend, request, tmp_path):
+    """(uri, spark options) of a fresh table on local disk or S3."""
+    if backend == "local":
+        return str(tmp_path / "t.lance"), {}
+    uri, opts = request.getfixturevalue("s3_table")
+    return uri, {f"storage.{k}": v for k, v in opts.items()}

@@ -29,7 +29,6 @@ WRITE_OPTIONS = {
     "num_shards": "map Spark partitions onto this many shards (default: one per partition)",
     "query_id": "streaming: the stream's identity for exactly-once commits (default: derived "
                 "from checkpointLocation)",
-    "checkpointlocation": "streaming: Spark's checkpoint location",
 }
 READ_OPTIONS = {
     "path": WRITE_OPTIONS["path"],
@@ -44,11 +43,14 @@ READ_OPTIONS = {
     "poll_interval_ms": "unused by Spark's engine; accepted for compatibility",
 }
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+# Keys Spark itself adds (catalog table properties for CREATE TABLE ... USING).
+SPARK_KEYS = frozenset({"owner", "provider", "location", "external", "is_managed_location",
+                        "comment", "checkpointlocation"})
 
 
 def _check_known(options: Mapping[str, str], allowed: Mapping[str, str], what: str) -> None:
     for key in options:
-        if key.startswith(STORAGE_PREFIX) or key in allowed:
+        if key.startswith(STORAGE_PREFIX) or key in allowed or key in SPARK_KEYS:
             continue
         if key in ShardWriterConfig.field_names() and what == "write":
             continue
@@ -68,10 +70,10 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str]:
 
 def table_path(options: Mapping[str, str]) -> str:
     """The table URI from ``path`` (``.save(path)`` / ``.load(path)``)."""
-    path = options.get("path")
+    path = options.get("path") or options.get("location")
     if not path:
         raise ConfigError("option 'path' is required: .save('<table uri>') or "
-                          ".option('path', ...)")
+                          f".option('path', ...) (got options {sorted(options)})")
     return path.rstrip("/")
 
 

@@ -1,0 +1,204 @@
+"""df.write.format("memwal"): end to end on a real SparkSession, local disk and S3."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.utils import AnalysisException
+
+from memwal_datasource.commit import CommitLog
+from memwal_datasource.errors import Fenced
+from memwal_datasource.spark.options import WriteOptions
+from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
+from memwal_datasource.store import open_store
+from memwal_datasource.table import create_table
+from memwal_datasource.wal import WalTailer
+
+MODES = ["false", "true"]  # enable_memtable
+
+
+def frame(spark, start, n, parts=4):
+    return spark.range(start, start + n, numPartitions=parts).selectExpr(
+        "id", "cast(id * 2 as string) as v")
+
+
+def write(df, uri, opts, mode="append", **extra):
+    w = df.write.format("memwal").mode(mode)
+    for k, v in {**opts, **extra}.items():
+        w = w.option(k, v)
+    w.save(uri)
+
+
+def read(spark, uri, opts, **extra):
+    r = spark.read.format("memwal")
+    for k, v in {**opts, **extra}.items():
+        r = r.option(k, v)
+    return r.load(uri)
+
+
+def tailer_ids(uri, opts) -> list[int]:
+    """Every data row in the raw WAL, straight from the tailer (no Spark)."""
+    storage = {k[len("storage."):]: v for k, v in opts.items()}
+    store = open_store(uri, storage)
+    ids = []
+    from memwal_datasource.manifest import list_shards
+
+    for shard in list_shards(store):
+        for _pos, entry in WalTailer(store, shard).entries(1):
+            for b in entry.batches:
+                ids.extend(b.column("id").to_pylist())
+    return ids
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("memtable", MODES)
+def test_rows_written_equal_rows_read(spark, spark_location, memtable):
+    uri, opts = spark_location
+    write(frame(spark, 0, 5000), uri, opts, enable_memtable=memtable, primary_key="id",
+          max_wal_flush_interval_ms="20")
+    got = read(spark, uri, opts).collect()
+    assert sorted(r.id for r in got) == list(range(5000))
+    assert all(r.v == str(r.id * 2) for r in got)
+    assert sorted(tailer_ids(uri, opts)) == list(range(5000))
+    # A second job appends; the shard set stays bounded (same partitions -> same shards).
+    write(frame(spark, 5000, 1000), uri, opts, enable_memtable=memtable)
+    meta = read(spark, uri, opts, metadata_columns="true")
+    assert meta.count() == 6000
+    assert meta.select("_shard_id").distinct().count() == 4
+    rec = list(CommitLog(open_store(uri, {k[8:]: v for k, v in opts.items()})).records())
+    assert [r.kind for r in rec] == ["append", "append"]
+    assert sum(x.rows for x in rec[0].ranges) == 5000
+
+
+def fail_first_attempt(df, at_id_mod, n_per_part):
+    """A UDF that raises on attempt 0 late in each partition (after durable entries)."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    @udf("long")
+    def boom(i):
+        if TaskContext.get().attemptNumber() == 0 and i % n_per_part == at_id_mod:
+            raise RuntimeError(f"injected failure at id {i}")
+        return i
+
+    return df.withColumn("id", boom(col("id")))
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("memtable", MODES)
+def test_exactly_once_when_first_attempts_fail_mid_write(spark, spark_location, memtable):
+    uri, opts = spark_location
+    n_per_part, parts = 100_000, 2
+    df = frame(spark, 0, n_per_part * parts, parts)
+    write(fail_first_attempt(df, 90_000, n_per_part), uri, opts, enable_memtable=memtable,
+          primary_key="id", max_wal_flush_interval_ms="10")
+    committed = read(spark, uri, opts)
+    assert committed.count() == n_per_part * parts
+    assert committed.select("id").distinct().count() == n_per_part * parts
+    raw = read(spark, uri, opts, isolation="read_uncommitted", metadata_columns="true")
+    # The failed first attempts left durable entries behind: the raw log shows them...
+    assert raw.count() > n_per_part * parts
+    epochs = {r._writer_epoch for r in raw.select("_writer_epoch").distinct().collect()}
+    assert epochs == {1, 2}
+    # ...and the commit record lists only the retried attempts (epoch 2).
+    store = open_store(uri, {k[8:]: v for k, v in opts.items()})
+    (rec,) = CommitLog(store).records()
+    assert sorted((r.epoch, r.attempt) for r in rec.ranges) == [(2, 1), (2, 1)]
+
+
+class _Gate:
+    """An iterator of batches that stops at a gate until the test opens it."""
+
+    def __init__(self, batches, pause_after: int):
+        self.batches = batches
+        self.pause_after = pause_after
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def __iter__(self):
+        for i, b in enumerate(self.batches):
+            if i == self.pause_after:
+                self.reached.set()
+                self.go.wait(timeout=60)
+            yield b
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("memtable", MODES)
+def test_concurrent_attempts_older_is_fenced_and_not_committed(spark_location, memtable):
+    uri, opts = spark_location
+    wopts = WriteOptions.parse({"path": uri, "enable_memtable": memtable,
+                                "max_wal_flush_interval_ms": "10", **opts})
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    table = create_table(uri, schema, ["id"], wopts.storage).schema
+    writer = MemWalBatchWriter(wopts, table, overwrite=False)
+
+    def batches(lo):
+        return [pa.record_batch([pa.array(range(lo + i * 10, lo + i * 10 + 10), pa.int64()),
+                                 pa.array(["x"] * 10)], schema=schema) for i in range(3)]
+
+    old_input = _Gate(batches(0), pause_after=1)
+    outcome = {}
+
+    def old_attempt():
+        try:
+            outcome["old"] = writer.write(iter(old_input))
+        except Fenced as exc:
+            outcome["old_error"] = exc
+
+    t = threading.Thread(target=old_attempt)
+    t.start()
+    assert old_input.reached.wait(60)
+    new_msg = write_task(wopts, table, iter(batches(1000)))  # the newer attempt fences the old
+    old_input.go.set()
+    t.join(60)
+    assert "old_error" in outcome and "old" not in outcome
+    assert new_msg.epoch == outcome["old_error"].local_epoch + 1
+    writer.commit([new_msg])
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    ids = sorted(r.id for r in read(spark, uri, opts).collect())
+    assert ids == list(range(1000, 1030))
+    # The old attempt's durable entry is in the raw log, but never committed.
+    assert set(range(0, 10)) <= set(tailer_ids(uri, opts))
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_overwrite_replaces_committed_view_atomically(spark, spark_location):
+    uri, opts = spark_location
+    write(frame(spark, 0, 100, 2), uri, opts, enable_memtable="false")
+    write(frame(spark, 1000, 50, 2), uri, opts, mode="overwrite", enable_memtable="false")
+    assert sorted(r.id for r in read(spark, uri, opts).collect()) == list(range(1000, 1050))
+
+    from pyspark.sql.functions import col, udf
+
+    @udf("long")
+    def always_fail(i):
+        if i == 2010:
+            raise RuntimeError("this overwrite never finishes")
+        return i
+
+    with pytest.raises(Exception, match="this overwrite never finishes"):
+        write(frame(spark, 2000, 50, 2).withColumn("id", always_fail(col("id"))), uri, opts,
+              mode="overwrite", enable_memtable="false")
+    # The failed overwrite left the previous committed view in place.
+    assert sorted(r.id for r in read(spark, uri, opts).collect()) == list(range(1000, 1050))
+
+
+@pytest.mark.parametrize("backend", ["local"])
+@pytest.mark.parametrize("mode", ["errorifexists", "ignore"])
+def test_unsupported_save_modes_error_as_documented(spark, spark_location, mode):
+    uri, opts = spark_location
+    with pytest.raises(AnalysisException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        write(frame(spark, 0, 10, 1), uri, opts, mode=mode)
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_sql_temporary_view_reads(spark, spark_location):
+    uri, opts = spark_location
+    write(frame(spark, 0, 30, 1), uri, opts, enable_memtable="false")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW memwal_view USING memwal OPTIONS (path '{uri}')")
+    assert spark.sql("SELECT count(*) AS n FROM memwal_view").collect()[0].n == 30
