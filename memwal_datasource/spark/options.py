@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
+from ..native import check_native_config
 from ..options import normalize, parse_bool, redact
 
 STORAGE_PREFIX = "storage."
@@ -113,6 +114,8 @@ class WriteOptions:
                               f"got '{group}'")
         pk = tuple(c.strip() for c in opts.get("primary_key", "").split(",") if c.strip())
         config = ShardWriterConfig.from_options(opts)
+        if config.enable_memtable:
+            check_native_config(config)
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,
                    create_table=parse_bool("create_table", opts.get("create_table", "true")),
                    num_shards=_positive_int(opts, "num_shards"), config=config,

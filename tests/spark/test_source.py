@@ -1,0 +1,122 @@
+"""Bad input fails on the driver, before any task, and leaves the table untouched."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.utils import AnalysisException
+
+from memwal_datasource.errors import ConfigError
+from memwal_datasource.spark.options import ReadOptions, WriteOptions
+from memwal_datasource.store import open_store
+from tests.spark.test_writer import frame, read, write
+
+
+def snapshot(uri, opts) -> dict[str, int]:
+    """Every object under the table with its size."""
+    store = open_store(uri, {k[len("storage."):]: v for k, v in opts.items()})
+    return {k: store.head(k) for k in store.list("")}
+
+
+@pytest.fixture
+def existing(spark, spark_location):
+    uri, opts = spark_location
+    write(frame(spark, 0, 20, 2), uri, opts, enable_memtable="false", primary_key="id")
+    return uri, opts, snapshot(uri, opts)
+
+
+def assert_refused(spark, uri, opts, df, match, **extra):
+    jobs_before = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(AnalysisException, match=match):
+        write(df, uri, opts, **extra)
+    # Failed in writer() on the driver: no Spark job ran.
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs_before
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("extra, match", [
+    ({"no_such_option": "1"}, "unknown write option 'no_such_option'"),
+    ({"max_wal_buffer_size": "ten"}, "option 'max_wal_buffer_size' must be an integer"),
+    ({"max_wal_flush_interval_ms": "-5"}, "'max_wal_flush_interval_ms' must be an integer in"),
+    ({"enable_memtable": "maybe"}, "option 'enable_memtable' must be true or false"),
+    ({"durable_write": "yes please"}, "option 'durable_write' must be true or false"),
+    ({"enable_memtable": "true", "max_wal_persist_retries": "7"},
+     "'max_wal_persist_retries' cannot be set with enable_memtable=true"),
+    ({"primary_key": "other"}, "option 'primary_key' is \\['other'\\]"),
+    ({"writer_group": "a/b"}, "option 'writer_group' must be"),
+])
+def test_bad_options_fail_before_tasks(spark, existing, extra, match):
+    uri, opts, before = existing
+    assert_refused(spark, uri, opts, frame(spark, 100, 10, 1), match, **extra)
+    assert snapshot(uri, opts) == before
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_schema_mismatch_names_the_column(spark, existing):
+    uri, opts, before = existing
+    bad_type = spark.range(0, 5).selectExpr("id", "cast(id as int) as v")
+    assert_refused(spark, uri, opts, bad_type, "column 'v' is int32 in the DataFrame but string")
+    missing = spark.range(0, 5).selectExpr("id")
+    assert_refused(spark, uri, opts, missing, "missing column\\(s\\) \\['v'\\]")
+    extra = spark.range(0, 5).selectExpr("id", "'x' as v", "1 as w")
+    assert_refused(spark, uri, opts, extra, "unexpected column\\(s\\) \\['w'\\]")
+    assert snapshot(uri, opts) == before
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_missing_primary_key_column_creates_nothing(spark, spark_location):
+    uri, opts = spark_location
+    assert_refused(spark, uri, opts, frame(spark, 0, 5, 1),
+                   "option 'primary_key' names column\\(s\\) \\['nope'\\]", primary_key="nope")
+    assert snapshot(uri, opts) == {}
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_null_in_primary_key_fails_naming_column(spark, spark_location):
+    uri, opts = spark_location
+    write(frame(spark, 0, 5, 1), uri, opts, enable_memtable="false", primary_key="id")
+    with_null = spark.range(0, 5).selectExpr("if(id = 3, null, id) as id", "'x' as v")
+    with pytest.raises(Exception, match="column 'id' is not nullable"):
+        write(with_null, uri, opts, enable_memtable="false")
+    assert read(spark, uri, opts).count() == 5
+
+
+def test_unreachable_s3_endpoint_fails_before_tasks(spark, tmp_path):
+    opts = {"storage.aws_endpoint": "http://127.0.0.1:9", "storage.allow_http": "true",
+            "storage.aws_access_key_id": "k", "storage.aws_secret_access_key": "s",
+            "storage.aws_region": "us-east-1", "storage.s3_max_attempts": "1",
+            "storage.s3_connect_timeout_s": "1"}
+    with pytest.raises(AnalysisException, match="cannot reach S3 at http://127.0.0.1:9"):
+        write(frame(spark, 0, 5, 1), "s3://bucket/t.lance", opts)
+
+
+def test_wrong_credentials_and_missing_bucket_fail_clearly(spark, s3_server, s3_table):
+    uri, base = s3_table
+    opts = {f"storage.{k}": v for k, v in base.items()}
+    bad = dict(opts, **{"storage.aws_secret_access_key": "wrong-secret-value"})
+    with pytest.raises(AnalysisException, match="rejected the credentials") as info:
+        write(frame(spark, 0, 5, 1), uri, bad)
+    assert "wrong-secret-value" not in str(info.value)
+    with pytest.raises(AnalysisException, match="bucket 'nobucket' does not exist"):
+        write(frame(spark, 0, 5, 1), "s3://nobucket/t.lance", opts)
+
+
+def test_option_parsing_units():
+    w = WriteOptions.parse({"path": "/x/t.lance", "writer_group": "g",
+                            "storage.AWS_ENDPOINT": "http://h:1", "storage.secret_access_key": "s"})
+    assert w.storage == {"aws_endpoint": "http://h:1", "aws_secret_access_key": "s"}
+    assert "s" not in w.describe().split("aws_secret_access_key")[1][:8]
+    assert w.shard_for(3) == w.shard_for(3) != w.shard_for(4)
+    assert WriteOptions.parse({"path": "/x/t.lance", "writer_group": "h"}).shard_for(3) != \
+        w.shard_for(3)
+    with pytest.raises(ConfigError, match="option 'path' is required"):
+        WriteOptions.parse({})
+    r = ReadOptions.parse({"path": "p", "starting_positions": '{"%s": 3}' % ("0" * 32)})
+    assert list(r.starting.values()) == [3]
+    for bad, match in [({"isolation": "dirty"}, "option 'isolation' must be one of"),
+                       ({"starting_positions": "[1]"}, "option 'starting_positions' must be"),
+                       ({"ending_positions": '{"x": 1}'}, "option 'ending_positions' must be"),
+                       ({"shards": "not-a-uuid"}, "option 'shards' must list shard UUIDs"),
+                       ({"max_entries_per_partition": "0"}, "'max_entries_per_partition' must"),
+                       ({"metadata_columns": "2"}, "option 'metadata_columns' must be true")]:
+        with pytest.raises(ConfigError, match=match):
+            ReadOptions.parse({"path": "p", **bad})
