@@ -1,0 +1,251 @@
+"""A run with separate executor processes: a standalone master and one worker on 127.0.0.1.
+
+Local mode runs tasks in Python workers forked for the driver's own JVM; here
+the test starts Spark's standalone ``Master`` and ``Worker`` (``spark-class``
+from the pyspark package), and a separate driver process
+(``tests/spark/cluster_job.py``) submits the job to them. The writer object is
+really pickled to another JVM's Python workers and every per-process piece
+(stores, shard writers, pylance's native writer) is created there.
+
+Readiness is polled, never slept on: the master's JSON status page
+(``http://127.0.0.1:<webui>/json``) must list an ALIVE worker with 2 cores
+before the job starts. Both daemons run in their own process groups and are
+stopped by group in the fixture's teardown, pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from memwal_datasource.commit import CommitLog
+from memwal_datasource.store import open_store
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+JOB = Path(__file__).with_name("cluster_job.py")
+ROWS, PARTS = 20_000, 4  # what cluster_job.py writes per mode
+MODES = ["false", "true"]  # enable_memtable
+READY_DEADLINE_S = 90
+JOB_DEADLINE_S = 180
+HAS_PROC = os.path.isdir("/proc/self")
+
+
+def skip(reason: str) -> None:
+    print(f"SKIP: {reason}", file=sys.stderr)
+    pytest.skip(reason)
+
+
+def spark_class() -> tuple[Path, Path]:
+    """(SPARK_HOME, spark-class) of the installed pyspark package; skips if unusable."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    script = home / "bin" / "spark-class"
+    if not script.is_file() or not (home / "jars").is_dir():
+        skip(f"no spark-class launcher in the pyspark package ({script})")
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        skip("no Java runtime (JAVA_HOME/bin/java or java on PATH) for the standalone cluster")
+    if not shutil.which("bash"):
+        skip("spark-class needs bash")
+    return home, script
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL whatever is left after ``grace_s``.
+
+    The group also holds the children (executor JVMs of a Worker, the driver JVM
+    of a job), so they go too. The group id is ``proc.pid`` (start_new_session).
+    """
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, else its zombie keeps the group alive
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+    proc.poll()
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    master_ui: str
+    master: subprocess.Popen
+    worker: subprocess.Popen
+    env: dict[str, str]
+    logs: Path
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"{self.master_ui}/json", timeout=2) as resp:
+            return json.load(resp)
+
+    def diagnostics(self) -> str:
+        return "\n".join(f"--- {p.name} ---\n{tail(p)}" for p in sorted(self.logs.glob("*.log")))
+
+
+def wait_until_ready(cluster: Cluster, deadline_s: float) -> float:
+    """Poll the master's /json until a worker with 2 cores is ALIVE; returns seconds taken."""
+    t0 = time.monotonic()
+    last: object = "no answer yet"
+    while time.monotonic() - t0 < deadline_s:
+        for name, proc in (("master", cluster.master), ("worker", cluster.worker)):
+            if proc.poll() is not None:
+                raise RuntimeError(f"spark {name} exited with {proc.returncode} before the "
+                                   f"cluster was ready\n{cluster.diagnostics()}")
+        try:
+            status = cluster.status()
+        except OSError as exc:  # UI not listening yet
+            last = exc
+        else:
+            last = status
+            alive = [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
+            if status.get("status") == "ALIVE" and alive and alive[0].get("cores") == 2:
+                return time.monotonic() - t0
+        time.sleep(0.2)
+    raise RuntimeError(f"standalone cluster not ready after {deadline_s}s (last status: {last})"
+                       f"\n{cluster.diagnostics()}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A standalone master and one worker (2 cores, 2g) on 127.0.0.1; stopped by group."""
+    home, script = spark_class()
+    base = tmp_path_factory.mktemp("standalone")
+    conf_dir, work_dir, logs = base / "conf", base / "work", base / "logs"
+    for d in (conf_dir, work_dir, logs):
+        d.mkdir()
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_CONF_DIR": str(conf_dir),  # empty: no site spark-env.sh / defaults leak in
+        "SPARK_LOCAL_IP": "127.0.0.1",  # RPC and web UIs bind to loopback only
+        "SPARK_NO_DAEMONIZE": "1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen:
+        with open(logs / f"{name}.log", "wb") as out:
+            proc = subprocess.Popen([str(script), *args], env=env, cwd=base, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    try:
+        master = start("master", "org.apache.spark.deploy.master.Master",
+                       "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui))
+        worker = start("worker", "org.apache.spark.deploy.worker.Worker", master_url,
+                       "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
+                       "--webui-port", str(worker_ui), "--work-dir", str(work_dir))
+        c = Cluster(master_url, f"http://127.0.0.1:{ui}", master, worker, env, logs)
+        took = wait_until_ready(c, READY_DEADLINE_S)
+        print(f"standalone cluster {master_url} ready in {took:.1f}s", file=sys.stderr)
+        yield c
+    finally:
+        for proc in reversed(procs):  # worker first, so it does not retry a dead master
+            stop_group(proc)
+
+
+@pytest.fixture(scope="module")
+def cluster_run(cluster, tmp_path_factory):
+    """Run cluster_job.py as a separate driver process; (parsed RESULT line, table dir)."""
+    tables = tmp_path_factory.mktemp("cluster_tables")
+    log = cluster.logs / "driver.log"
+    t0 = time.monotonic()
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(JOB), cluster.master_url, str(tables)],
+                                env=cluster.env, cwd=tables, stdout=subprocess.PIPE,
+                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=JOB_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            stop_group(proc, grace_s=5)
+            pytest.fail(f"cluster job still running after {JOB_DEADLINE_S}s\n"
+                        f"{cluster.diagnostics()}")
+    took = time.monotonic() - t0
+    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or len(lines) != 1:
+        pytest.fail(f"cluster job exited with {proc.returncode}\n{cluster.diagnostics()}")
+    print(f"cluster job finished in {took:.1f}s", file=sys.stderr)
+    return json.loads(lines[0][len("RESULT "):]), tables
+
+
+@pytest.mark.parametrize("memtable", MODES)
+def test_rows_written_equal_rows_read(cluster_run, memtable):
+    result, _ = cluster_run
+    got = result["modes"][memtable]
+    assert got["written"] == ROWS
+    assert got["rows"] == ROWS
+    assert got["distinct"] == ROWS  # with min/max: each id 0..ROWS-1 exactly once
+    assert (got["min"], got["max"]) == (0, ROWS - 1)
+    assert got["bad_v"] == 0
+    assert got["read_rows"] == ROWS
+
+
+@pytest.mark.parametrize("memtable", MODES)
+def test_tasks_ran_in_executor_processes(cluster, cluster_run, memtable):
+    result, _ = cluster_run
+    got = result["modes"][memtable]
+    driver = result["driver_pid"]
+    procs = {"write": got["write_procs"], "read": got["read_procs"]}
+    for side, seen in procs.items():
+        assert seen, f"no {side}-side process recorded"
+        pids = {pid for pid, _ in seen}
+        assert driver not in pids, f"{side} tasks ran in the driver process {driver}"
+        if not HAS_PROC:
+            continue
+        for pid, chain in seen:
+            ancestors = [int(p) for p in chain.split(",")]
+            assert ancestors[0] == pid
+            # Forked from the executor JVM the Worker launched, not from the driver.
+            assert cluster.worker.pid in ancestors, (side, pid, ancestors, cluster.worker.pid)
+            assert driver not in ancestors, (side, pid, ancestors, driver)
+
+
+@pytest.mark.parametrize("memtable", MODES)
+def test_one_commit_record_per_job(cluster_run, memtable):
+    _, tables = cluster_run
+    (rec,) = CommitLog(open_store(str(tables / f"memtable_{memtable}.lance"))).records()
+    assert rec.kind == "append"
+    assert len(rec.ranges) == PARTS
+    assert sorted(r.task for r in rec.ranges) == list(range(PARTS))
+    assert len({r.shard_id for r in rec.ranges}) == PARTS
+    assert sum(r.rows for r in rec.ranges) == ROWS
+    assert all(r.first >= 1 and r.last >= r.first for r in rec.ranges)
