@@ -1,12 +1,15 @@
 """The Spark driver for tests/spark/test_cluster.py, run in its own Python process.
 
-Usage: ``python tests/spark/cluster_job.py MASTER_URL WORK_DIR``
+Usage: ``python tests/spark/cluster_job.py MASTER_URL WORK_DIR [--wait-for-go]``
 
 One JVM can host only one SparkContext and the test session already has a
 local-mode one, so this script is the driver of a standalone-cluster
 application. It writes ``ROWS`` rows in ``PARTS`` partitions with
 ``format("memwal")`` into one table per mode (WAL-only and MemTable), reads
 each table back, and prints one line ``RESULT {json}`` with what it saw.
+With ``--wait-for-go`` it starts its JVM at once, then waits for a line
+``go`` on stdin before connecting: the test overlaps driver start-up with the
+cluster's and says go once the master lists an ALIVE worker.
 
 Every row carries the pid (and the /proc parent chain) of the executor-side
 Python process that produced it, so the test can check the tasks ran outside
@@ -56,19 +59,25 @@ def tag_with_process(batches):
             names=["id", "v", "pid", "lineage"])
 
 
-def probe_process(batches):
-    """mapInArrow: one row per read partition with the reading process's pid and chain."""
+def tag_reader(batches):
+    """mapInArrow over the read: add the reading process's pid and parent chain."""
     import pyarrow as pa
 
-    rows = sum(b.num_rows for b in batches)
-    yield pa.RecordBatch.from_pydict(
-        {"pid": [os.getpid()], "lineage": [",".join(map(str, lineage()))], "rows": [rows]},
-        schema=pa.schema([("pid", pa.int64()), ("lineage", pa.string()), ("rows", pa.int64())]))
+    pid = os.getpid()
+    chain = ",".join(map(str, lineage()))
+    for b in batches:
+        n = b.num_rows
+        yield b.append_column("rpid", pa.array([pid] * n, pa.int64())).append_column(
+            "rlineage", pa.array([chain] * n, pa.string()))
+
+
+def procs(table, pid: str, chain: str) -> list[list]:
+    """Distinct (pid, parent chain) pairs in ``table``'s columns."""
+    pairs = zip(table.column(pid).to_pylist(), table.column(chain).to_pylist(), strict=True)
+    return [list(p) for p in sorted(set(pairs))]
 
 
 def run_mode(spark, uri: str, memtable: str) -> dict:
-    from pyspark.sql import functions as F
-
     df = (spark.range(0, ROWS, numPartitions=PARTS)
           .selectExpr("id", "cast(id * 2 as string) as v")
           .mapInArrow(tag_with_process, "id long, v string, pid long, lineage string"))
@@ -77,36 +86,35 @@ def run_mode(spark, uri: str, memtable: str) -> dict:
        .option("max_wal_flush_interval_ms", "20")
        .save(uri))
 
-    back = spark.read.format("memwal").load(uri)
-    stats = back.agg(
-        F.count("*").alias("rows"),
-        F.countDistinct("id").alias("distinct"),
-        F.min("id").alias("min"),
-        F.max("id").alias("max"),
-        F.sum(F.when(F.col("v") != (F.col("id") * 2).cast("string"), 1).otherwise(0))
-        .alias("bad_v"),
-    ).first()
-    writers = back.select("pid", "lineage").distinct().collect()
-    readers = back.mapInArrow(probe_process, "pid long, lineage string, rows long").collect()
+    back = spark.read.format("memwal").load(uri).mapInArrow(
+        tag_reader, "id long, v string, pid long, lineage string, rpid long, rlineage string")
+    got = back.toArrow()  # one job; 20k small rows
+    ids = got.column("id").to_pylist()
+    vs = got.column("v").to_pylist()
     return {
         "written": ROWS,
-        "rows": stats["rows"],
-        "distinct": stats["distinct"],
-        "min": stats["min"],
-        "max": stats["max"],
-        "bad_v": stats["bad_v"] or 0,
-        "write_procs": sorted({(r.pid, r.lineage) for r in writers}),
-        "read_procs": sorted({(r.pid, r.lineage) for r in readers}),
-        "read_rows": sum(r.rows for r in readers),
+        "rows": len(ids),
+        "distinct": len(set(ids)),
+        "min": min(ids, default=None),
+        "max": max(ids, default=None),
+        "bad_v": sum(v != str(i * 2) for i, v in zip(ids, vs, strict=True)),
+        "write_procs": procs(got, "pid", "lineage"),
+        "read_procs": procs(got, "rpid", "rlineage"),
     }
 
 
 def main() -> None:
     master, work = sys.argv[1], sys.argv[2]
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from memwal_datasource import MemWalDataSource
 
+    if "--wait-for-go" in sys.argv[3:]:
+        # Start the driver JVM now, while the test waits for the cluster; then wait for it.
+        SparkContext._ensure_initialized()
+        if sys.stdin.readline().strip() != "go":
+            sys.exit("no 'go' on stdin: the cluster never became ready")
     spark = (
         SparkSession.builder.master(master)
         .appName("memwal-cluster-test")
