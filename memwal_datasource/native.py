@@ -183,6 +183,8 @@ class NativeShardWriter(ShardWriter):
                 s.sentinel_position = pos
         if first is not None:
             s.first_wal_position, s.last_wal_position = first, tip - 1
+            # pylance 14's wal_flush_count misses some flushes; the WAL itself does not.
+            s.wal_entries = tip - first
         latest = ManifestStore(self._store, self.shard_id).latest()
         if latest is not None:
             s.sstables = [t.path for t in latest.sstables if t.path not in self._sstables_before]
