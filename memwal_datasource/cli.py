@@ -21,7 +21,10 @@ from .options import redact
 from .store import open_store
 from .wal import WalTailer
 
-console = Console()
+
+def _console() -> Console:
+    """A console sized at call time (rich reads COLUMNS when not on a terminal)."""
+    return Console()
 
 
 def _storage(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -61,7 +64,7 @@ def shards(uri: str, storage: tuple[str, ...]) -> None:
                       "SEALED" if m and m.sealed else "ACTIVE",
                       f"{tailer.first_position()}..{tailer.next_position()}",
                       f"{committed} entries", str(len(m.sstables) if m else 0), shard)
-    console.print(table)
+    _console().print(table)
 
 
 @main.command()
@@ -76,7 +79,7 @@ def manifest(uri: str, shard: str, storage: tuple[str, ...]) -> None:
     body = {k: v for k, v in m.__dict__.items() if k != "raw"}
     body["sstables"] = [s.__dict__ for s in m.sstables]
     body["shard_field_entries"] = [(f, v.hex()) for f, v in m.shard_field_entries]
-    console.print_json(json.dumps(body))
+    _console().print_json(json.dumps(body))
 
 
 @main.command()
@@ -96,12 +99,12 @@ def tail(uri: str, shard: str, start: int | None, rows: int, follow: bool, inter
         for p, entry in tailer.entries(pos, include_sentinels=True):
             kind = "sentinel" if entry.is_sentinel else f"{entry.num_rows} rows"
             gen = f" generation={entry.generation}" if entry.generation is not None else ""
-            console.print(f"[bold]{p}[/bold] epoch={entry.writer_epoch}{gen} {kind} "
+            _console().print(f"[bold]{p}[/bold] epoch={entry.writer_epoch}{gen} {kind} "
                           f"{entry.nbytes} bytes")
             if entry.batches and rows:
                 import pyarrow as pa
 
-                console.print(pa.Table.from_batches(entry.batches).slice(0, rows).to_pylist())
+                _console().print(pa.Table.from_batches(entry.batches).slice(0, rows).to_pylist())
             pos = p + 1
         if not follow:
             return
@@ -118,7 +121,7 @@ def commits(uri: str, storage: tuple[str, ...]) -> None:
         stream = f"{rec.query_id[:8]}:{rec.batch_id}" if rec.query_id else ""
         table.add_row(str(rec.sequence), rec.kind, rec.job_id[:12], stream,
                       str(len(rec.ranges)), str(sum(r.rows for r in rec.ranges)))
-    console.print(table)
+    _console().print(table)
 
 
 @main.command()

@@ -34,7 +34,7 @@ def test_cli_reads_without_writing(table):
     uri, args, store = table
     before = sorted(store.list(""))
     runner = CliRunner()
-    out = runner.invoke(main, ["shards", uri, *args], terminal_width=200)
+    out = runner.invoke(main, ["shards", uri, *args], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     assert SHARD in out.output and "1..3" in out.output and "1 entries" in out.output
     out = runner.invoke(main, ["tail", uri, SHARD, *args])
