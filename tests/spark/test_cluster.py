@@ -15,6 +15,7 @@ stopped by group in the fixture's teardown, pass or fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -87,21 +88,40 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
 
     The group also holds the children (executor JVMs of a Worker, the driver JVM
     of a job), so they go too. The group id is ``proc.pid`` (start_new_session).
+    Interrupted (Ctrl-C, pytest-timeout), it SIGKILLs the group before re-raising.
     """
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader, else its zombie keeps the group alive
+    try:
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
             try:
-                os.killpg(proc.pid, 0)
+                os.killpg(proc.pid, sig)
             except ProcessLookupError:
-                return
-            time.sleep(0.1)
-    proc.poll()
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the leader, else its zombie keeps the group alive
+                try:
+                    os.killpg(proc.pid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.1)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    finally:
+        proc.poll()
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """Stop every group, last started first; one failing to stop does not spare the rest."""
+    pending = list(procs)
+    try:
+        while pending:
+            stop_group(pending.pop())
+    finally:
+        for proc in pending:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -165,7 +185,10 @@ def cluster(tmp_path_factory):
         # No REST submission server: it would bind the fixed port 6066.
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         # Master and Worker only route messages: start them cheaply on small CI machines.
-        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        # No port retries: if a chosen port was taken meanwhile, exit (and fail) at once
+        # instead of listening on port+1 where nobody looks.
+        "SPARK_DAEMON_JAVA_OPTS": ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+                                   "-Dspark.port.maxRetries=0"),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
@@ -189,8 +212,7 @@ def cluster(tmp_path_factory):
                        "--webui-port", str(worker_ui), "--work-dir", str(work_dir))
         yield Cluster(master_url, f"http://127.0.0.1:{ui}", master, worker, env, logs)
     finally:
-        for proc in reversed(procs):  # worker (and its executors) first
-            stop_group(proc)
+        stop_all(procs)  # worker (and its executors) first, then the master
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,786 @@
+"""The ShardWriter in both modes: config, WAL-only pipeline, MemTable mode, crash replay.
+
+WAL-only tests run on memory, local disk and S3; MemTable mode (pylance's native
+writer) needs a real Lance table, so it runs on local disk and S3 only.
+Synchronisation uses events and conditions raised by store wrappers, never sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from memwal_datasource.config import GiB, ShardWriterConfig
+from memwal_datasource.errors import ConfigError, Fenced, MemWalError, WriterPoisoned
+from memwal_datasource.format import wal_key
+from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.native import NativeShardWriter
+from memwal_datasource.options import lance_storage_options
+from memwal_datasource.store import ObjectStore, open_store
+from memwal_datasource.table import create_table
+from memwal_datasource.wal import WalAppender, WalTailer
+from memwal_datasource.writer import (
+    NotInThisMode,
+    WalOnlyShardWriter,
+    WriterStalled,
+    open_shard_writer,
+)
+from tests.helpers import SCHEMA, FlakyStore, make_batch, new_shard
+
+REPO = Path(__file__).resolve().parent.parent
+ROWS = 10  # rows per batch in most tests
+# make_batch(1000 + k*10, 10) batches all have the same buffer size (4-digit ids).
+BATCH_BYTES = make_batch(1000, ROWS).get_total_buffer_size()
+WAIT = 20.0  # upper bound for event waits; a test that needs it has already failed
+
+
+def wal_only(**kw) -> ShardWriterConfig:
+    """A WAL-only config; fast interval unless the test says otherwise."""
+    kw.setdefault("max_wal_flush_interval_ms", 5)
+    kw.setdefault("wal_persist_retry_base_delay_ms", 1)
+    kw.setdefault("backpressure_timeout_ms", 10_000)  # a broken pipeline fails fast
+    return ShardWriterConfig(enable_memtable=False, **kw)
+
+
+def wal_rows(store: ObjectStore, shard: str) -> list[int]:
+    """Every id in the shard's WAL, in WAL order (sentinels skipped)."""
+    out: list[int] = []
+    for _pos, entry in WalTailer(store, shard).entries(1):
+        for b in entry.batches:
+            out.extend(b.column("id").to_pylist())
+    return out
+
+
+def wal_entries(store: ObjectStore, shard: str) -> list[tuple[int, int, int, bool]]:
+    """(position, epoch, rows, is_sentinel) of every entry."""
+    return [(p, e.writer_epoch, e.num_rows, e.is_sentinel)
+            for p, e in WalTailer(store, shard).entries(1, include_sentinels=True)]
+
+
+class GatedStore(ObjectStore):
+    """Wraps a real store. While ``gate`` is clear, WAL PUTs block (before landing)
+    and ``entered`` is set; ``landed`` counts WAL PUTs that completed."""
+
+    def __init__(self, inner: ObjectStore):
+        self.inner = inner
+        self.uri = inner.uri
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self._cond = threading.Condition()
+        self.landed = 0
+
+    def close_gate(self) -> None:
+        self.entered.clear()
+        self.gate.clear()
+
+    def wait_landed(self, n: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.landed >= n, WAIT)
+
+    def put_if_absent(self, key, data):
+        wal = "/wal/" in key
+        if wal and not self.gate.is_set():
+            self.entered.set()
+            if not self.gate.wait(WAIT):
+                raise RuntimeError("test gate never opened")
+        self.inner.put_if_absent(key, data)
+        if wal:
+            with self._cond:
+                self.landed += 1
+                self._cond.notify_all()
+
+    def put(self, key, data):
+        self.inner.put(key, data)
+
+    def get(self, key):
+        return self.inner.get(key)
+
+    def head(self, key):
+        return self.inner.head(key)
+
+    def list(self, prefix):
+        return self.inner.list(prefix)
+
+    def list_dirs(self, prefix):
+        return self.inner.list_dirs(prefix)
+
+    def delete(self, key):
+        self.inner.delete(key)
+
+
+class WatchedWriter(WalOnlyShardWriter):
+    """Sets ``backpressured`` when a put finds the queue over budget and must wait.
+
+    ``_wait`` runs under the writer's lock, so "not ready" here means the put is
+    about to block on the condition: a deterministic signal, no timing involved.
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.backpressured = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def _wait(self, ready, what):
+        if what.startswith("backpressure") and not ready():
+            self.backpressured.set()
+        super()._wait(ready, what)
+
+
+# --- configuration -----------------------------------------------------------
+
+# (field, bad value, text the message must contain)
+BAD_FIELDS = [
+    ("durable_write", "yes", "true or false"),
+    ("enable_memtable", 1, "true or false"),
+    ("max_wal_buffer_size", 0, "[1, 4294967296]"),
+    ("max_wal_buffer_size", 4 * GiB + 1, "[1, 4294967296]"),
+    ("max_wal_flush_interval_ms", -1, "[0, 3600000]"),
+    ("max_wal_flush_interval_ms", 3_600_001, "[0, 3600000]"),
+    ("max_wal_persist_retries", -1, "[0, 100]"),
+    ("max_wal_persist_retries", 101, "[0, 100]"),
+    ("wal_persist_retry_base_delay_ms", -1, "[0, 60000]"),
+    ("max_memtable_size", 0, "[1, "),
+    ("max_memtable_rows", 0, "[1, "),
+    ("max_memtable_batches", 0, "[1, "),
+    ("max_unflushed_memtable_bytes", 0, "[1, "),
+    ("backpressure_timeout_ms", 0, "[1, 86400000]"),
+    ("max_wal_buffer_size", True, "integer"),  # a bool is not an int here
+    ("max_wal_buffer_size", "1024", "integer"),
+]
+
+
+@pytest.mark.parametrize("name,value,text", BAD_FIELDS,
+                         ids=[f"{n}={v!r}" for n, v, _ in BAD_FIELDS])
+def test_each_bad_field_is_named_with_its_range(name, value, text):
+    with pytest.raises(ConfigError) as info:
+        ShardWriterConfig(**{name: value}).validate()
+    assert f"'{name}'" in str(info.value) and text in str(info.value)
+
+
+def test_unflushed_budget_below_buffer_size_is_refused():
+    with pytest.raises(ConfigError, match="max_unflushed_memtable_bytes.*max_wal_buffer_size"):
+        ShardWriterConfig(max_wal_buffer_size=1000, max_unflushed_memtable_bytes=999).validate()
+    ShardWriterConfig(max_wal_buffer_size=1000, max_unflushed_memtable_bytes=1000).validate()
+
+
+def test_defaults_follow_lance():
+    c = ShardWriterConfig().validate()
+    assert (c.durable_write, c.max_wal_buffer_size, c.max_wal_flush_interval_ms) == (
+        True, 10 * 1024 * 1024, 100)
+    assert (c.max_memtable_size, c.max_memtable_rows, c.max_memtable_batches) == (
+        256 * 1024 * 1024, 100_000, 8_000)
+    assert (c.max_wal_persist_retries, c.wal_persist_retry_base_delay_ms) == (3, 50)
+    assert c.max_unflushed_memtable_bytes == GiB and c.enable_memtable is True
+
+
+def test_from_options_parses_strings():
+    c = ShardWriterConfig.from_options({
+        "durable_write": "FALSE", "enable_memtable": " false ", "max_wal_buffer_size": "2048",
+        "max_wal_flush_interval_ms": "0", "max_unflushed_memtable_bytes": "4096",
+        "backpressure_timeout_ms": "1500", "not_ours": "ignored",
+    })
+    assert c == ShardWriterConfig(durable_write=False, enable_memtable=False,
+                                  max_wal_buffer_size=2048, max_wal_flush_interval_ms=0,
+                                  max_unflushed_memtable_bytes=4096, backpressure_timeout_ms=1500)
+
+
+@pytest.mark.parametrize("options,text", [
+    ({"max_wal_buffer_size": "10MB"}, "option 'max_wal_buffer_size' must be an integer in [1, "),
+    ({"max_wal_flush_interval_ms": "1.5"}, "option 'max_wal_flush_interval_ms'"),
+    ({"durable_write": "maybe"}, "option 'durable_write' must be true or false, got 'maybe'"),
+    ({"enable_memtable": "1"}, "option 'enable_memtable' must be true or false"),
+    ({"max_memtable_rows": "0"}, "'max_memtable_rows' must be an integer in [1, "),
+    ({"max_wal_persist_retries": "1000"},
+     "'max_wal_persist_retries' must be an integer in [0, 100]"),
+])
+def test_from_options_names_the_bad_option(options, text):
+    with pytest.raises(ConfigError) as info:
+        ShardWriterConfig.from_options(options)
+    assert text in str(info.value)
+
+
+def test_bad_config_fails_before_any_claim(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    fresh = new_shard()
+    for name, value, _ in BAD_FIELDS:
+        with pytest.raises(ConfigError, match=name):
+            cfg = ShardWriterConfig(**({"enable_memtable": False} | {name: value}))
+            open_shard_writer(uri, fresh, SCHEMA, cfg, opts, store=store)
+    assert ManifestStore(store, fresh).latest() is None
+    assert list(store.list("_mem_wal/")) == []
+
+    # A live writer keeps its epoch and keeps working.
+    shard = new_shard()
+    with open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store) as live:
+        with pytest.raises(ConfigError, match="max_wal_buffer_size"):
+            open_shard_writer(uri, shard, SCHEMA, wal_only(max_wal_buffer_size=0), opts,
+                              store=store)
+        assert ManifestStore(store, shard).latest().writer_epoch == live.epoch == 1
+        live.put(make_batch(0, 3))
+    assert wal_rows(store, shard) == [0, 1, 2]
+
+
+# --- WAL-only mode: flushing ------------------------------------------------------
+
+def test_durable_put_returns_only_once_rows_are_in_the_wal(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    w = open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store)
+    expected: list[int] = []
+    for i in range(4):
+        w.put(make_batch(i * ROWS, ROWS))
+        expected += list(range(i * ROWS, (i + 1) * ROWS))
+        assert wal_rows(store, shard) == expected  # read right after put returned
+        s = w.stats()
+        assert (s.rows_durable, s.rows_not_durable) == ((i + 1) * ROWS, 0)
+    w.close()
+    assert [(p, e) for p, e, _, _ in wal_entries(store, shard)] == [(1, 1), (2, 1), (3, 1), (4, 1)]
+
+
+def test_size_flush_splits_one_put_into_several_entries(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    # The interval never fires: only max_wal_buffer_size can trigger a flush.
+    cfg = wal_only(max_wal_buffer_size=BATCH_BYTES, max_wal_flush_interval_ms=3_600_000)
+    with open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=store) as w:
+        table = pa.Table.from_batches([make_batch(1000 + k * ROWS, ROWS) for k in range(6)])
+        w.put(table)  # durable: returns once every batch is in the WAL
+        assert wal_rows(store, shard) == list(range(1000, 1060))
+        assert [r for _, _, r, _ in wal_entries(store, shard)] == [ROWS] * 6
+        assert w.stats().wal_entries == 6
+
+
+def test_size_flush_without_durable_write_groups_batches(location):
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_buffer_size=2 * BATCH_BYTES,
+                   max_wal_flush_interval_ms=3_600_000)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated)
+    for k in range(10):
+        w.put(make_batch(1000 + k * ROWS, ROWS))
+    # Five full buffers land before close(): the size trigger alone did it.
+    assert gated.wait_landed(5)
+    entries = list(WalTailer(gated, shard).entries(1))
+    assert [len(e.batches) for _, e in entries] == [2] * 5
+    w.close()
+    assert gated.landed == 5  # nothing was left for close() to flush
+    assert wal_rows(gated, shard) == list(range(1000, 1100))
+
+
+def test_interval_flush_with_durable_write(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    # The buffer never fills: only the interval can make these puts durable.
+    cfg = wal_only(max_wal_flush_interval_ms=50)
+    with open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=store) as w:
+        for i in range(3):
+            t0 = time.monotonic()
+            w.put(make_batch(i, 1))
+            assert time.monotonic() - t0 >= 0.045
+        flushes = w.stats().flushes
+    assert [f.rows for f in flushes] == [1, 1, 1]
+    assert all(f.queue_wait_s >= 0.045 for f in flushes)
+    assert wal_rows(store, shard) == [0, 1, 2]
+
+
+def test_interval_flush_without_durable_write_needs_no_close(location):
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_flush_interval_ms=20)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated)
+    w.put(make_batch(0, 3))
+    assert gated.wait_landed(1)  # no flush(), no close(): the interval did it
+    assert wal_rows(gated, shard) == [0, 1, 2]
+    w.close()
+
+
+def test_non_durable_put_returns_at_once_and_close_drains(location):
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_buffer_size=BATCH_BYTES)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated)
+    gated.close_gate()
+    for k in range(5):  # returns although no WAL PUT can complete
+        w.put(make_batch(1000 + k * ROWS, ROWS))
+    assert gated.entered.wait(WAIT)
+    s = w.stats()
+    assert (s.puts, s.rows, s.rows_durable, s.rows_not_durable) == (5, 50, 0, 50)
+    assert wal_rows(gated, shard) == []
+    gated.gate.set()
+    w.close()
+    assert wal_rows(gated, shard) == list(range(1000, 1050))
+    s = w.stats()
+    assert (s.rows_durable, s.rows_not_durable, s.wal_entries) == (50, 0, 5)
+
+
+def test_flush_makes_queued_rows_durable(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_flush_interval_ms=3_600_000)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=store)
+    w.put(make_batch(0, 4))
+    w.put(make_batch(4, 4))
+    w.flush()
+    assert wal_rows(store, shard) == list(range(8))
+    assert w.stats().wal_entries == 1  # both puts went into one entry
+    w.close()
+
+
+# --- WAL-only mode: backpressure and stalls -------------------------------------------
+
+def test_backpressure_blocks_put_and_releases(location):
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_buffer_size=BATCH_BYTES,
+                   max_unflushed_memtable_bytes=2 * BATCH_BYTES)
+    w = WatchedWriter(WalAppender.open(gated, shard), SCHEMA, cfg.validate())
+    gated.close_gate()
+    returned: list[int] = []
+    errors: list[BaseException] = []
+
+    def producer():
+        try:
+            for k in range(6):
+                w.put(make_batch(1000 + k * ROWS, ROWS))
+                returned.append(k)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        assert gated.entered.wait(WAIT), "the flusher never started a WAL PUT"
+        assert w.backpressured.wait(WAIT), "a put never hit the unflushed-bytes budget"
+        # The PUT is stuck, so the blocked put cannot have been admitted.
+        s = w.stats()
+        assert returned == [0, 1] and t.is_alive()
+        assert (s.rows, s.rows_not_durable, s.wal_entries) == (2 * ROWS, 2 * ROWS, 0)
+    finally:
+        gated.gate.set()
+    t.join(WAIT)
+    assert not t.is_alive() and not errors
+    assert returned == list(range(6))
+    w.close()
+    assert wal_rows(gated, shard) == list(range(1000, 1060))
+    s = w.stats()
+    assert (s.puts, s.rows_durable, s.rows_not_durable) == (6, 60, 0)
+
+
+def test_stalled_pipeline_raises_writer_stalled(location):
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(backpressure_timeout_ms=150)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated)
+    gated.close_gate()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(WriterStalled, match="backpressure_timeout_ms") as info:
+            w.put(make_batch(0, 2))
+        assert time.monotonic() - t0 >= 0.14
+        assert shard in str(info.value)
+        assert gated.entered.wait(WAIT)  # stalled inside the PUT, as arranged
+    finally:
+        gated.gate.set()
+    w.close()
+
+
+def test_backpressure_wait_also_stalls(location):
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_buffer_size=BATCH_BYTES,
+                   max_unflushed_memtable_bytes=BATCH_BYTES, backpressure_timeout_ms=150)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated)
+    gated.close_gate()
+    try:
+        w.put(make_batch(1000, ROWS))  # admitted; its PUT then hangs
+        with pytest.raises(WriterStalled, match="backpressure"):
+            w.put(make_batch(1010, ROWS))
+        assert w.stats().rows == ROWS  # the refused batch was never queued
+    finally:
+        gated.gate.set()
+    w.close()
+    assert wal_rows(gated, shard) == list(range(1000, 1010))
+
+
+# --- WAL-only mode: failures ----------------------------------------------------
+
+@pytest.mark.parametrize("land", [False, True], ids=["failed", "lost-response"])
+def test_transient_failures_within_retries_lose_nothing(location, land):
+    uri, opts = location
+    inner = open_store(uri, opts)
+    flaky = FlakyStore(inner, land=land)
+    shard = new_shard()
+    cfg = wal_only(max_wal_persist_retries=3)
+    with open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=flaky) as w:
+        for i in range(3):
+            flaky.fail_puts = 3  # every entry fails 3 times, then lands
+            w.put(make_batch(i * ROWS, ROWS))
+    assert wal_rows(inner, shard) == list(range(3 * ROWS))  # no loss, no duplicates
+    assert [p for p, *_ in wal_entries(inner, shard)] == [1, 2, 3]
+    s = w.stats()
+    assert (s.wal_entries, s.rows_durable, s.first_wal_position, s.last_wal_position) == (
+        3, 3 * ROWS, 1, 3)
+
+
+def test_exhausted_retries_poison_every_later_call(location):
+    uri, opts = location
+    inner = open_store(uri, opts)
+    flaky = FlakyStore(inner)
+    shard = new_shard()
+    w = open_shard_writer(uri, shard, SCHEMA, wal_only(max_wal_persist_retries=2), opts,
+                          store=flaky)
+    w.put(make_batch(0, 2))
+    flaky.fail_puts = 100
+    with pytest.raises(WriterPoisoned, match="reopen") as info:
+        w.put(make_batch(2, 2))
+    flaky.fail_puts = 0
+    for call in (lambda: w.put(make_batch(4, 2)), lambda: w.put(make_batch(4, 0)),
+                 w.flush, w.close, w.close):
+        with pytest.raises(WriterPoisoned) as again:
+            call()
+        assert again.value is info.value
+    assert w.stats().rows_not_durable == 2
+    assert wal_rows(inner, shard) == [0, 1]
+    # Reopening recovers.
+    with open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=inner) as w2:
+        w2.put(make_batch(10, 1))
+    assert wal_rows(inner, shard) == [0, 1, 10]
+
+
+@pytest.mark.parametrize("fencer", ["appender", "writer"])
+def test_fenced_writer_raises_and_reports_unflushed_rows(location, fencer):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    old = open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store)
+    old.put(make_batch(0, 3))
+    if fencer == "appender":
+        new_epoch = WalAppender.open(store, shard).epoch
+    else:
+        new = open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store)
+        new_epoch = new.epoch
+        new.close()
+    assert new_epoch == 2
+    with pytest.raises(Fenced) as info:
+        old.put(make_batch(100, 4))
+    err = info.value
+    assert (err.shard_id, err.local_epoch, err.stored_epoch) == (shard, 1, 2)
+    s = old.stats()
+    assert (s.rows, s.rows_durable, s.rows_not_durable) == (7, 3, 4)
+    for call in (lambda: old.put(make_batch(200, 1)), lambda: old.put(make_batch(200, 0)),
+                 old.flush, old.close, old.close):
+        with pytest.raises(Fenced) as again:
+            call()
+        assert again.value is err
+    # Nothing of the old epoch landed after the new writer's sentinel.
+    entries = wal_entries(store, shard)
+    assert entries[:2] == [(1, 1, 3, False), (2, 2, 0, True)]
+    assert all(epoch == 2 for _, epoch, _, _ in entries[1:])
+    assert 100 not in wal_rows(store, shard)
+
+
+def test_fenced_writer_with_queued_rows(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_flush_interval_ms=3_600_000)
+    old = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=store)
+    for k in range(3):
+        old.put(make_batch(k * ROWS, ROWS))  # queued only
+    WalAppender.open(store, shard)
+    with pytest.raises(Fenced):
+        old.close()
+    s = old.stats()
+    assert (s.rows_durable, s.rows_not_durable, s.wal_entries) == (0, 3 * ROWS, 0)
+    assert wal_entries(store, shard) == [(1, 2, 0, True)]
+
+
+def test_schema_mismatch_names_the_column_and_does_not_poison(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    with open_shard_writer(uri, shard, schema, wal_only(), opts, store=store) as w:
+        with pytest.raises(ConfigError, match="column 'v' has type int32"):
+            w.put(pa.record_batch({"id": pa.array([1], pa.int64()),
+                                   "v": pa.array([1], pa.int32())}))
+        with pytest.raises(ConfigError, match=r"\['id', 'value'\]"):
+            w.put(pa.record_batch({"id": pa.array([1], pa.int64()), "value": ["x"]}))
+        with pytest.raises(ConfigError, match="column 'id' is not nullable.*1 null"):
+            w.put(pa.record_batch({"id": pa.array([None], pa.int64()), "v": ["x"]}))
+        # Nullable input without nulls fits a non-nullable column.
+        w.put(pa.record_batch({"id": pa.array([7], pa.int64()), "v": ["ok"]}))
+        assert w.stats().puts == 1
+    entry = WalTailer(store, shard).read(1)
+    assert entry.schema.field("id").nullable is False and entry.num_rows == 1
+
+
+def test_put_after_close_is_refused(location):
+    uri, opts = location
+    w = open_shard_writer(uri, new_shard(), SCHEMA, wal_only(), opts,
+                          store=open_store(uri, opts))
+    w.close()
+    w.close()  # idempotent
+    with pytest.raises(MemWalError, match="after close"):
+        w.put(make_batch(0, 1))
+
+
+# --- WAL-only mode: stats ---------------------------------------------------
+
+def test_stats_wal_only(location):
+    uri, opts = location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    w = open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store)
+    s = w.stats()
+    assert (s.shard_id, s.epoch, s.mode, s.next_wal_entry_position) == (shard, 1, "wal_only", 1)
+    assert (s.first_wal_position, s.last_wal_position, s.sentinel_position) == (None, None, None)
+    assert (s.puts, s.rows, s.wal_entries, s.wal_bytes) == (0, 0, 0, 0)
+    with pytest.raises(NotInThisMode, match="enable_memtable"):
+        s.memtable_stats()
+    w.put(make_batch(0, 5))
+    w.put([make_batch(5, 5), make_batch(10, 5)])
+    w.put(make_batch(15, 0))  # empty: not a put
+    w.close()
+    s = w.stats()
+    assert (s.puts, s.rows, s.wal_entries) == (2, 15, 2)
+    assert (s.first_wal_position, s.last_wal_position, s.next_wal_entry_position) == (1, 2, 3)
+    sizes = [store.head(wal_key(shard, p)) for p in (1, 2)]
+    assert s.wal_bytes == sum(sizes)
+    assert [(f.position, f.rows, f.nbytes) for f in s.flushes] == [
+        (1, 5, sizes[0]), (2, 10, sizes[1])]
+    for f in s.flushes:
+        assert 0 <= f.put_s <= f.total_s and 0 <= f.queue_wait_s <= f.total_s
+    assert s.bytes == sum(make_batch(i, 5).get_total_buffer_size() for i in (0, 5, 10))
+
+    # A reopen claims epoch 2 and drops its sentinel at the old tip.
+    w2 = open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store)
+    s2 = w2.stats()
+    assert (s2.epoch, s2.sentinel_position, s2.next_wal_entry_position) == (2, 3, 4)
+    w2.put(make_batch(100, 1))
+    w2.close()
+    assert (w2.stats().first_wal_position, w2.stats().last_wal_position) == (4, 4)
+    with pytest.raises(NotInThisMode):
+        w2.stats().memtable_stats()
+
+
+# --- MemTable mode (pylance's native writer) ----------------------------------------
+
+native_backends = pytest.mark.parametrize("backend", ["local", "s3"])
+
+
+@pytest.fixture
+def table(location):
+    """A fresh Lance table with primary key ``id`` and a MemWAL: (uri, options)."""
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+    return uri, opts
+
+
+def memtable(**kw) -> ShardWriterConfig:
+    kw.setdefault("max_wal_flush_interval_ms", 10)
+    return ShardWriterConfig(enable_memtable=True, **kw)
+
+
+def lsm_ids(uri: str, opts: dict, shard: str) -> list[int]:
+    """Open a native writer (it replays the WAL) and return every id it sees."""
+    import lance
+
+    ds = lance.dataset(uri, storage_options=lance_storage_options(opts))
+    with ds.mem_wal_writer(shard, max_wal_flush_interval_ms=10) as w:
+        return sorted(w.lsm_scanner().to_table().column("id").to_pylist())
+
+
+@native_backends
+def test_memtable_mode_put_close_reopen(table):
+    uri, opts = table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    w = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
+    assert isinstance(w, NativeShardWriter) and w.epoch == 1
+    for i in range(3):
+        w.put(make_batch(i * ROWS, ROWS))
+    live = w.stats()
+    assert (live.mode, live.puts, live.rows, live.rows_durable) == ("memtable", 3, 30, 30)
+    mt = live.memtable_stats()
+    assert (mt["row_count"], mt["generation"]) == (30, 1)
+    w.close()
+    s = w.stats()
+    assert (s.epoch, s.first_wal_position, s.last_wal_position, s.wal_entries) == (1, 1, 3, 3)
+    assert (s.next_wal_entry_position, s.sentinel_position) == (4, None)
+    m = ManifestStore(store, shard).latest()
+    assert [t.path for t in m.sstables] == s.sstables and len(s.sstables) == 1
+    assert s.sstables[0].endswith("_gen_1") and m.sstables[0].physical_rows == 30
+    assert (m.writer_epoch, m.replay_after_wal_entry_position, m.current_generation) == (1, 3, 2)
+
+    assert lsm_ids(uri, opts, shard) == list(range(30))  # epoch 2, sentinel at 4
+
+    w3 = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
+    assert w3.epoch == 3
+    w3.put(make_batch(100, 2))
+    w3.close()
+    s3 = w3.stats()
+    # Epoch 2 left its sentinel at 4; ours is at 5, our entry at 6.
+    assert (s3.sentinel_position, s3.first_wal_position, s3.last_wal_position) == (5, 6, 6)
+    assert len(s3.sstables) == 1 and s3.sstables[0] not in s.sstables
+    assert lsm_ids(uri, opts, shard) == list(range(30)) + [100, 101]
+
+
+@native_backends
+def test_memtable_mode_fenced_is_translated(table):
+    uri, opts = table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    old = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
+    old.put(make_batch(0, 2))
+    new = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
+    assert new.epoch == 2
+    with pytest.raises(Fenced) as info:
+        old.put(make_batch(50, 2))
+    assert (info.value.shard_id, info.value.local_epoch, info.value.stored_epoch) == (shard, 1, 2)
+    with pytest.raises(Fenced) as again:
+        old.put(make_batch(60, 2))
+    assert again.value is info.value
+    with pytest.raises(Fenced):
+        old.close()
+    new.put(make_batch(10, 1))
+    new.close()
+    # The fenced put never landed; the new writer replayed the old durable rows.
+    assert [(e, r, sent) for _, e, r, sent in wal_entries(store, shard)] == [
+        (1, 2, False), (2, 0, True), (2, 1, False)]
+    assert lsm_ids(uri, opts, shard) == [0, 1, 10]
+
+
+@native_backends
+def test_memtable_mode_fenced_by_our_wal_only_claim(table):
+    uri, opts = table
+    shard = new_shard()
+    old = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
+    old.put(make_batch(0, 2))
+    ours = open_shard_writer(uri, shard, SCHEMA, wal_only(), opts)
+    with pytest.raises(Fenced) as info:
+        old.put(make_batch(50, 2))
+    assert info.value.stored_epoch == 2
+    ours.put(make_batch(7, 1))
+    ours.close()
+    old.abort()
+    assert lsm_ids(uri, opts, shard) == [0, 1, 7]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("max_wal_persist_retries", 5),
+    ("wal_persist_retry_base_delay_ms", 10),
+    ("backpressure_timeout_ms", 1000),
+    ("max_wal_flush_interval_ms", 0),  # with durable_write
+])
+def test_memtable_mode_refuses_unsupported_settings_before_claim(tmp_path, name, value):
+    uri = str(tmp_path / "t.lance")
+    create_table(uri, SCHEMA, primary_key=["id"])
+    store = open_store(uri)
+    fresh = new_shard()
+    with pytest.raises(ConfigError, match=name):
+        open_shard_writer(uri, fresh, SCHEMA, ShardWriterConfig(**{name: value}))
+    assert ManifestStore(store, fresh).latest() is None
+
+    shard = new_shard()
+    with open_shard_writer(uri, shard, SCHEMA, memtable()) as live:
+        with pytest.raises(ConfigError, match=name):
+            open_shard_writer(uri, shard, SCHEMA, ShardWriterConfig(**{name: value}))
+        assert ManifestStore(store, shard).latest().writer_epoch == live.epoch == 1
+        live.put(make_batch(0, 1))  # still the owner
+
+
+def test_memtable_mode_without_table_is_a_clear_error(tmp_path):
+    uri = str(tmp_path / "missing.lance")
+    with pytest.raises(MemWalError, match="needs an existing Lance table"):
+        open_shard_writer(uri, new_shard(), SCHEMA, memtable())
+
+
+# --- crash replay -----------------------------------------------------------------
+
+def run_until_acks(mode: str, uri: str, opts: dict, shard: str, acks: int,
+                   tmp_path: Path) -> list[tuple[int, int]]:
+    """Start tests/crash_worker.py, SIGKILL it after ``acks`` acknowledged puts.
+
+    Returns every acknowledged (start, end) id range the worker printed.
+    """
+    env = dict(os.environ, MEMWAL_CRASH_STORAGE_OPTIONS=json.dumps(opts),
+               PYTHONPATH=str(REPO))
+    err_path = tmp_path / f"crash-{mode}.stderr"
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.crash_worker", mode, uri, shard, str(ROWS)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    got: list[tuple[int, int]] = []
+    try:
+        while len(got) < acks:
+            line = proc.stdout.readline()
+            if not line:
+                pytest.fail(f"worker exited ({proc.wait()}) after {len(got)} acks: "
+                            f"{err_path.read_text()[-2000:]}")
+            if line.startswith("ack "):
+                _, a, b = line.split()
+                got.append((int(a), int(b)))
+        assert proc.poll() is None, "the worker finished before it was killed"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    for line in rest.splitlines():  # acks printed before the kill landed
+        if line.startswith("ack "):
+            _, a, b = line.split()
+            got.append((int(a), int(b)))
+    return got
+
+
+def check_acked_present(acked: list[tuple[int, int]], present: list[int]) -> None:
+    want = {i for a, b in acked for i in range(a, b)}
+    assert want <= set(present), f"acknowledged rows lost: {sorted(want - set(present))[:10]}"
+    # Whole puts of a prefix of the stream, each exactly once.
+    assert sorted(present) == list(range(len(present))) and len(present) % ROWS == 0
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_crash_wal_only_keeps_every_acknowledged_row(location, tmp_path):
+    uri, opts = location
+    shard = new_shard()
+    acked = run_until_acks("wal", uri, opts, shard, 15, tmp_path)
+    store = open_store(uri, opts)
+    present = wal_rows(store, shard)
+    check_acked_present(acked, present)
+    # The next writer claims epoch 2 and continues after the crashed tail.
+    with open_shard_writer(uri, shard, SCHEMA, wal_only(), opts, store=store) as w:
+        assert w.epoch == 2
+        w.put(make_batch(10_000, 1))
+    assert wal_rows(store, shard) == present + [10_000]
+
+
+@native_backends
+def test_crash_memtable_mode_replays_every_acknowledged_row(table, tmp_path):
+    uri, opts = table
+    shard = new_shard()
+    acked = run_until_acks("memtable", uri, opts, shard, 15, tmp_path)
+    check_acked_present(acked, lsm_ids(uri, opts, shard))
+    # The replaying open above claimed epoch 2; ours is next.
+    with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w:
+        assert w.epoch == 3
