@@ -250,7 +250,7 @@ class WalOnlyShardWriter(ShardWriter):
                 return
             self._closing = True
             self._cond.notify_all()
-        self._thread.join()
+        self._join()
         with self._cond:
             self._raise_if_failed()
 
@@ -260,7 +260,18 @@ class WalOnlyShardWriter(ShardWriter):
             if self._error is None:
                 self._error = MemWalError(f"shard {self.shard_id}: writer aborted")
             self._cond.notify_all()
-        self._thread.join()
+        self._join()
+
+    def _join(self) -> None:
+        """Wait for the flusher, but not forever on a PUT that never returns."""
+        self._thread.join(self.config.backpressure_timeout_ms / 1000.0)
+        if self._thread.is_alive():
+            with self._cond:
+                if self._error is None:
+                    self._error = WriterStalled(
+                        f"shard {self.shard_id}: the WAL flusher did not finish within "
+                        "backpressure_timeout_ms; a PUT is hanging")
+                raise self._error
 
     def stats(self) -> WriterStats:
         with self._cond:
@@ -285,10 +296,15 @@ class WalOnlyShardWriter(ShardWriter):
             self._raise_if_failed()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise WriterStalled(
+                # Terminal, like Fenced: a caller retrying the put could
+                # otherwise duplicate rows that are still queued.
+                self._error = WriterStalled(
                     f"shard {self.shard_id}: no WAL entry became durable for "
-                    f"{timeout:.1f}s while {what} (backpressure_timeout_ms)"
+                    f"{timeout:.1f}s while {what} (backpressure_timeout_ms); "
+                    f"{self._stats.rows_not_durable} queued rows are not durable"
                 )
+                self._cond.notify_all()
+                raise self._error
             self._cond.wait(remaining)
             if self._durable_seq != progress:  # progress resets the stall clock
                 progress = self._durable_seq

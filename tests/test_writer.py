@@ -400,7 +400,12 @@ def test_stalled_pipeline_raises_writer_stalled(location):
         assert gated.entered.wait(WAIT)  # stalled inside the PUT, as arranged
     finally:
         gated.gate.set()
-    w.close()
+    # A stall is terminal, like Fenced: retrying could duplicate queued rows.
+    with pytest.raises(WriterStalled) as again:
+        w.put(make_batch(2, 2))
+    assert again.value is info.value
+    with pytest.raises(WriterStalled):
+        w.close()
 
 
 def test_backpressure_wait_also_stalls(location):
@@ -418,7 +423,9 @@ def test_backpressure_wait_also_stalls(location):
         assert w.stats().rows == ROWS  # the refused batch was never queued
     finally:
         gated.gate.set()
-    w.close()
+    with pytest.raises(WriterStalled):
+        w.close()
+    # The admitted batch's PUT finished once released; the refused one never ran.
     assert wal_rows(gated, shard) == list(range(1000, 1010))
 
 
