@@ -135,12 +135,7 @@ class WalAppender:
         self, schema: pa.Schema, batches: Iterable[pa.RecordBatch], generation: int | None = None
     ) -> AppendResult:
         """Write one entry holding ``batches``; returns where it landed."""
-        data = encode_wal_entry(schema, batches, self.epoch, generation)
-        res = self._append_bytes(data)
-        if self.first_position is None:
-            self.first_position = res.position
-        self.last_position = res.position
-        return res
+        return self.append_encoded(encode_wal_entry(schema, batches, self.epoch, generation))
 
     def append_encoded(self, data: bytes) -> AppendResult:
         """Write pre-encoded entry bytes (must carry this appender's epoch)."""

@@ -25,27 +25,14 @@ def new_shard() -> str:
     return str(uuid.uuid4())
 
 
-class FlakyStore(ObjectStore):
-    """Wraps a real store; the next ``fail_puts`` put_if_absent calls fail.
+class DelegatingStore(ObjectStore):
+    """Forwards every call to a real store; subclasses override what they inject."""
 
-    With ``land=True`` the failing call still writes the object first (the
-    response was lost), which is the ambiguous case a writer must resolve.
-    """
-
-    def __init__(self, inner: ObjectStore, fail_puts: int = 0, land: bool = False):
+    def __init__(self, inner: ObjectStore):
         self.inner = inner
         self.uri = inner.uri
-        self.fail_puts = fail_puts
-        self.land = land
-        self.put_calls = 0
 
     def put_if_absent(self, key, data):
-        self.put_calls += 1
-        if self.fail_puts > 0 and "/wal/" in key:
-            self.fail_puts -= 1
-            if self.land:
-                self.inner.put_if_absent(key, data)
-            raise TransientStoreError(f"injected failure writing {key}")
         self.inner.put_if_absent(key, data)
 
     def put(self, key, data):
@@ -65,3 +52,26 @@ class FlakyStore(ObjectStore):
 
     def delete(self, key):
         self.inner.delete(key)
+
+
+class FlakyStore(DelegatingStore):
+    """Wraps a real store; the next ``fail_puts`` WAL put_if_absent calls fail.
+
+    With ``land=True`` the failing call still writes the object first (the
+    response was lost), which is the ambiguous case a writer must resolve.
+    """
+
+    def __init__(self, inner: ObjectStore, fail_puts: int = 0, land: bool = False):
+        super().__init__(inner)
+        self.fail_puts = fail_puts
+        self.land = land
+        self.put_calls = 0
+
+    def put_if_absent(self, key, data):
+        self.put_calls += 1
+        if self.fail_puts > 0 and "/wal/" in key:
+            self.fail_puts -= 1
+            if self.land:
+                self.inner.put_if_absent(key, data)
+            raise TransientStoreError(f"injected failure writing {key}")
+        self.inner.put_if_absent(key, data)

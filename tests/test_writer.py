@@ -34,7 +34,7 @@ from memwal_datasource.writer import (
     WriterStalled,
     open_shard_writer,
 )
-from tests.helpers import SCHEMA, FlakyStore, make_batch, new_shard
+from tests.helpers import SCHEMA, DelegatingStore, FlakyStore, make_batch, new_shard
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS = 10  # rows per batch in most tests
@@ -66,13 +66,12 @@ def wal_entries(store: ObjectStore, shard: str) -> list[tuple[int, int, int, boo
             for p, e in WalTailer(store, shard).entries(1, include_sentinels=True)]
 
 
-class GatedStore(ObjectStore):
+class GatedStore(DelegatingStore):
     """Wraps a real store. While ``gate`` is clear, WAL PUTs block (before landing)
     and ``entered`` is set; ``landed`` counts WAL PUTs that completed."""
 
     def __init__(self, inner: ObjectStore):
-        self.inner = inner
-        self.uri = inner.uri
+        super().__init__(inner)
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()
@@ -98,24 +97,6 @@ class GatedStore(ObjectStore):
             with self._cond:
                 self.landed += 1
                 self._cond.notify_all()
-
-    def put(self, key, data):
-        self.inner.put(key, data)
-
-    def get(self, key):
-        return self.inner.get(key)
-
-    def head(self, key):
-        return self.inner.head(key)
-
-    def list(self, prefix):
-        return self.inner.list(prefix)
-
-    def list_dirs(self, prefix):
-        return self.inner.list_dirs(prefix)
-
-    def delete(self, key):
-        self.inner.delete(key)
 
 
 class WatchedWriter(WalOnlyShardWriter):
