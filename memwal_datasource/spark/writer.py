@@ -28,6 +28,22 @@ from .options import WriteOptions
 log = logging.getLogger("memwal_datasource")
 
 
+def _ensure_visible_logging() -> None:
+    """Show our INFO summary lines where nobody configured logging.
+
+    The driver's commit runs in a Python worker Spark starts, where Python
+    logging is unconfigured and INFO lines would be dropped. An application
+    that configures logging (any handler on root or on us) is left alone.
+    """
+    if log.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+
+
 @dataclass
 class MemWalCommitMessage(WriterCommitMessage):
     """What one task wrote: enough for the driver to commit it."""
@@ -94,6 +110,7 @@ def write_task(opts: WriteOptions, schema: pa.Schema,
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
                query_id: str | None = None, batch_id: int | None = None) -> CommitRecord:
     """Write the job's one commit record and log a summary line."""
+    _ensure_visible_logging()
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     ranges = [r for r in (m.committed_range() for m in msgs) if r is not None]
     log_ = CommitLog(open_store(opts.path, opts.storage))

@@ -139,3 +139,22 @@ def test_stream_sink_requires_checkpoint_or_query_id(spark, tmp_path):
         q = df.writeStream.format("memwal").start(str(tmp_path / "t.lance"))
         q.awaitTermination(30)
         raise RuntimeError(str(q.exception()))
+
+
+def test_commit_logs_one_summary_line_without_secrets(tmp_path, caplog):
+    import logging
+
+    uri = str(tmp_path / "t.lance")
+    table = create_table(uri, SCHEMA).schema
+    opts = WriteOptions.parse({"path": uri, "enable_memtable": "false",
+                               "storage.aws_secret_access_key": "top-secret-value"})
+    batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=SCHEMA)
+    msg = write_task(opts, table, iter([batch]))
+    from memwal_datasource.spark.writer import MemWalBatchWriter
+
+    with caplog.at_level(logging.INFO, logger="memwal_datasource"):
+        MemWalBatchWriter(opts, table, overwrite=False).commit([msg])
+    lines = [r.getMessage() for r in caplog.records if "memwal commit" in r.getMessage()]
+    assert len(lines) == 1
+    assert "1 tasks, 2 rows" in lines[0] and "1 WAL entries" in lines[0]
+    assert "top-secret-value" not in lines[0] and "***" in lines[0]
