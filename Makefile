@@ -18,11 +18,11 @@ demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python examples/quickstart.py
 
 test: $(STAMP)
-	$(BIN)/ruff check memwal_datasource tests benchmarks examples
+	$(BIN)/ruff check .
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check memwal_datasource tests benchmarks examples
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m benchmarks.run
