@@ -32,12 +32,17 @@ def s3_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_bucket(s3_server):
+    """One bucket for the run: SeaweedFS gives every bucket volumes of its own."""
+    s3_server.create_bucket("memwal-tests")
+    return "memwal-tests"
+
+
 @pytest.fixture
-def s3_table(s3_server):
-    """(uri, storage_options) of a fresh table location in a fresh bucket."""
-    bucket = f"t{uuid.uuid4().hex[:12]}"
-    s3_server.create_bucket(bucket)
-    return f"s3://{bucket}/t.lance", s3_server.storage_options()
+def s3_table(s3_server, s3_bucket):
+    """(uri, storage_options) of a fresh table location (a fresh prefix)."""
+    return f"s3://{s3_bucket}/{uuid.uuid4().hex}/t.lance", s3_server.storage_options()
 
 
 def pytest_generate_tests(metafunc):

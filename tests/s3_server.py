@@ -146,7 +146,10 @@ def start_seaweedfs(workdir: Path, timeout: float = 60.0) -> S3Server:
     args = [weed, "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
-            "-volume.preStopSeconds=0", f"-s3.config={workdir / 's3.json'}"]
+            "-volume.preStopSeconds=0", f"-s3.config={workdir / 's3.json'}",
+            # Each bucket is a collection with volumes of its own; small volumes and a
+            # fixed cap keep a long test run from exhausting the auto-sized slots.
+            "-master.volumeSizeLimitMB=64", "-volume.max=500"]
     for name, port in ports.items():
         args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + 10000}"]
     # weed would turn AWS_* variables into an extra identity.
