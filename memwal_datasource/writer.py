@@ -22,6 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping
+from concurrent import futures
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -197,6 +198,11 @@ class WalOnlyShardWriter(ShardWriter):
         self._flush_upto = 0  # a flush() asked for everything up to this seq
         self._error: BaseException | None = None
         self._closing = False
+        self._taken = 0  # items at the queue's front already cut into an entry
+        self._taken_bytes = 0
+        self._inflight: futures.Future | None = None
+        self._putter = futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"memwal-put-{appender.shard_id[:8]}")
         self._stats = WriterStats(self.shard_id, self.epoch, "wal_only",
                                   next_wal_entry_position=appender.next_position,
                                   sentinel_position=appender.sentinel_position)
@@ -264,8 +270,13 @@ class WalOnlyShardWriter(ShardWriter):
 
     def _join(self) -> None:
         """Wait for the flusher, but not forever on a PUT that never returns."""
+        deadline = time.monotonic() + self.config.backpressure_timeout_ms / 1000.0
         self._thread.join(self.config.backpressure_timeout_ms / 1000.0)
-        if self._thread.is_alive():
+        inflight = self._inflight
+        if inflight is not None:  # let a released PUT land before we report
+            futures.wait([inflight], max(0.0, deadline - time.monotonic()))
+        self._putter.shutdown(wait=False)
+        if self._thread.is_alive() or (inflight is not None and not inflight.done()):
             with self._cond:
                 if self._error is None:
                     self._error = WriterStalled(
@@ -311,64 +322,114 @@ class WalOnlyShardWriter(ShardWriter):
                 deadline = time.monotonic() + timeout
         self._raise_if_failed()
 
+    def _untaken(self) -> int:
+        return len(self._pending) - self._taken
+
     def _due(self, now: float) -> bool:
-        if not self._pending:
+        """Should the flusher cut the next entry from the untaken queue now?"""
+        if not self._untaken():
             return False
-        if self._closing or self._flush_upto > self._durable_seq:
+        cut = self._pending[self._taken - 1].seq if self._taken else self._durable_seq
+        if self._closing or self._flush_upto > cut:
             return True
-        if self._pending_bytes >= self.config.max_wal_buffer_size:
+        if self._pending_bytes - self._taken_bytes >= self.config.max_wal_buffer_size:
             return True
-        return now - self._pending[0].enqueued >= self.config.max_wal_flush_interval_ms / 1000.0
+        if self.config.durable_write and self._inflight is None:
+            # Group commit: a put is waiting and the log is idle, so write now;
+            # puts that arrive during this PUT are batched into the next entry.
+            return True
+        oldest = self._pending[self._taken].enqueued
+        return now - oldest >= self.config.max_wal_flush_interval_ms / 1000.0
 
     def _run(self) -> None:
+        """Cut, encode and hand entries to the PUT thread, strictly in order.
+
+        Two stages: while one entry's PUT is in flight (fsync and network wait
+        release the GIL), the next entry is cut and encoded.
+        """
         interval = self.config.max_wal_flush_interval_ms / 1000.0
         while True:
             with self._cond:
                 while not self._due(time.monotonic()):
-                    if self._closing and not self._pending:
-                        return
                     if self._error is not None:
                         return
+                    if self._closing and not self._untaken():
+                        while self._inflight is not None and self._error is None:
+                            self._cond.wait()
+                        return
                     wait = None
-                    if self._pending:
-                        wait = max(0.0, self._pending[0].enqueued + interval - time.monotonic())
+                    if self._untaken():
+                        oldest = self._pending[self._taken].enqueued
+                        wait = max(0.0, oldest + interval - time.monotonic())
                     self._cond.wait(wait)
                 if self._error is not None:
                     return
                 # Take (but do not remove) up to one buffer's worth: a failed
                 # append leaves these batches queued, never dropped.
                 take, size = [], 0
-                for item in self._pending:
+                for i in range(self._taken, len(self._pending)):
+                    item = self._pending[i]
                     if take and size + item.nbytes > self.config.max_wal_buffer_size:
                         break
                     take.append(item)
                     size += item.nbytes
+                self._taken += len(take)
+                self._taken_bytes += size
+                previous = self._inflight
+            started = time.monotonic()
             try:
-                started = time.monotonic()
                 data = encode_wal_entry(self.schema, [p.batch for p in take], self.epoch)
-                res = self._appender.append_encoded(data)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting put
-                with self._cond:
-                    self._error = exc
-                    self._cond.notify_all()
-                log.error("shard %s: WAL flush failed: %s", self.shard_id, exc)
+                self._fail(exc)
                 return
-            done = time.monotonic()
+            if previous is not None:
+                futures.wait([previous])  # appends stay strictly ordered
             with self._cond:
-                for _ in take:
-                    self._pending.popleft()
-                self._pending_bytes -= size
-                self._durable_seq = take[-1].seq
-                rows = sum(p.batch.num_rows for p in take)
-                self._stats.wal_entries += 1
-                self._stats.wal_bytes += res.nbytes
-                self._stats.rows_durable += rows
-                self._stats.rows_not_durable -= rows
-                self._stats.flushes.append(FlushTiming(
-                    queue_wait_s=started - take[0].enqueued,
-                    put_s=res.put_seconds, total_s=done - take[0].enqueued, rows=rows,
-                    nbytes=res.nbytes, position=res.position))
-                self._cond.notify_all()
+                if self._error is not None:
+                    return
+                fut = self._putter.submit(self._appender.append_encoded, data)
+                self._inflight = fut
+                fut.add_done_callback(
+                    lambda f, t=take, n=size, st=started: self._landed(f, t, n, st))
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+            self._cond.notify_all()
+        log.error("shard %s: WAL flush failed: %s", self.shard_id, exc)
+
+    def _landed(self, fut: futures.Future, take: list[_Pending], size: int,
+                started: float) -> None:
+        """PUT-thread callback: the entry is durable (or the writer has failed)."""
+        exc = fut.exception()
+        if exc is not None:
+            with self._cond:
+                if self._inflight is fut:
+                    self._inflight = None
+            self._fail(exc)
+            return
+        res = fut.result()
+        done = time.monotonic()
+        with self._cond:
+            if self._inflight is fut:
+                self._inflight = None
+            for _ in take:
+                self._pending.popleft()
+            self._taken -= len(take)
+            self._taken_bytes -= size
+            self._pending_bytes -= size
+            self._durable_seq = take[-1].seq
+            rows = sum(p.batch.num_rows for p in take)
+            self._stats.wal_entries += 1
+            self._stats.wal_bytes += res.nbytes
+            self._stats.rows_durable += rows
+            self._stats.rows_not_durable -= rows
+            self._stats.flushes.append(FlushTiming(
+                queue_wait_s=started - take[0].enqueued,
+                put_s=res.put_seconds, total_s=done - take[0].enqueued, rows=rows,
+                nbytes=res.nbytes, position=res.position))
+            self._cond.notify_all()
 
 
 def open_shard_writer(

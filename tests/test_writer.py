@@ -261,21 +261,31 @@ def test_size_flush_without_durable_write_groups_batches(location):
     assert wal_rows(gated, shard) == list(range(1000, 1100))
 
 
-def test_interval_flush_with_durable_write(location):
+def test_durable_put_group_commits_without_waiting_the_interval(location):
     uri, opts = location
-    store = open_store(uri, opts)
+    inner = open_store(uri, opts)
+    gated = GatedStore(inner)
     shard = new_shard()
-    # The buffer never fills: only the interval can make these puts durable.
-    cfg = wal_only(max_wal_flush_interval_ms=50)
-    with open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=store) as w:
-        for i in range(3):
-            t0 = time.monotonic()
-            w.put(make_batch(i, 1))
-            assert time.monotonic() - t0 >= 0.045
-        flushes = w.stats().flushes
-    assert [f.rows for f in flushes] == [1, 1, 1]
-    assert all(f.queue_wait_s >= 0.045 for f in flushes)
-    assert wal_rows(store, shard) == [0, 1, 2]
+    # An interval no test would wait out: only group commit can make puts durable.
+    cfg = wal_only(max_wal_flush_interval_ms=3_600_000)
+    with open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated) as w:
+        w.put(make_batch(0, 1))  # idle log: written at once
+        assert wal_rows(inner, shard) == [0]
+        gated.close_gate()
+        first = threading.Thread(target=w.put, args=(make_batch(1, 1),))
+        first.start()
+        assert gated.entered.wait(WAIT)  # its PUT is in flight and held
+        later = [threading.Thread(target=w.put, args=(make_batch(i, 1),)) for i in (2, 3)]
+        for t in later:
+            t.start()
+        with w._cond:  # both later puts are queued behind the in-flight PUT
+            assert w._cond.wait_for(lambda: w._seq == 4, WAIT)
+        gated.gate.set()
+        for t in [first, *later]:
+            t.join(WAIT)
+        rows_per_entry = [f.rows for f in w.stats().flushes]
+    assert rows_per_entry == [1, 1, 2]  # the two late puts shared one entry
+    assert sorted(wal_rows(inner, shard)) == [0, 1, 2, 3]
 
 
 def test_interval_flush_without_durable_write_needs_no_close(location):
