@@ -309,7 +309,7 @@ def plot_spark_write(result: dict[str, Any], machine: dict[str, Any]) -> None:
     noop = comp[W_NOOP]["rows_s"]["median"] / 1e6
     for goal, color, who in ((0.9, "green", "WAL-only"), (0.6, "orange", "MemTable")):
         ax.axvline(goal * noop, color=color, ls="--", lw=1, label=f"{goal} x no-op ({who})")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper right")
     save_figure(fig, "spark_write", result["title"], machine)
 
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import bench_replay, bench_s3, bench_writer
+from . import bench_replay, bench_s3, bench_spark, bench_writer
 from .common import (
     RESULTS_DIR,
     BenchContext,
@@ -44,6 +44,8 @@ BENCHMARKS: dict[str, Bench] = {
     "s3_conditional_put": (bench_s3.bench_s3_conditional_put,
                            bench_s3.plot_s3_conditional_put),
     "replay": (bench_replay.bench_replay, bench_replay.plot_replay),
+    "spark_write": (bench_spark.bench_spark_write, bench_spark.plot_spark_write),
+    "tail_read": (bench_spark.bench_tail_read, bench_spark.plot_tail_read),
 }
 
 

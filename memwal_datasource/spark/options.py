@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
@@ -114,6 +114,11 @@ class WriteOptions:
                               f"got '{group}'")
         pk = tuple(c.strip() for c in opts.get("primary_key", "").split(",") if c.strip())
         config = ShardWriterConfig.from_options(opts)
+        if "durable_write" not in opts:
+            # A task's commit message is returned only after close() has made
+            # every row durable, so per-put durability buys a Spark task nothing
+            # but latency; an explicit durable_write is honoured.
+            config = replace(config, durable_write=False)
         if config.enable_memtable:
             check_native_config(config)
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,

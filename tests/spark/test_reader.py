@@ -30,7 +30,7 @@ def test_read_uncommitted_shows_failed_attempts_committed_does_not(spark, spark_
     # ~100k rows per partition: Spark hands a Python writer rows through a
     # socket buffer, so only a large partition has durable entries before it fails.
     write(fail_first_attempt(frame(spark, 0, 200_000, 2), 90_000, 100_000), uri, opts,
-          enable_memtable="false", max_wal_flush_interval_ms="5")
+          enable_memtable="false", max_wal_flush_interval_ms="5", durable_write="true")
     committed = read(spark, uri, opts, metadata_columns="true")
     raw = read(spark, uri, opts, isolation="read_uncommitted", metadata_columns="true")
     assert committed.count() == 200_000

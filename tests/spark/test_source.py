@@ -110,6 +110,10 @@ def test_option_parsing_units():
         w.shard_for(3)
     with pytest.raises(ConfigError, match="option 'path' is required"):
         WriteOptions.parse({})
+    # Tasks flush at close before reporting, so per-put durability is opt-in.
+    assert w.config.durable_write is False
+    explicit = WriteOptions.parse({"path": "/x/t.lance", "durable_write": "true"})
+    assert explicit.config.durable_write is True
     r = ReadOptions.parse({"path": "p", "starting_positions": '{"%s": 3}' % ("0" * 32)})
     assert list(r.starting.values()) == [3]
     for bad, match in [({"isolation": "dirty"}, "option 'isolation' must be one of"),

@@ -92,8 +92,9 @@ def test_exactly_once_when_first_attempts_fail_mid_write(spark, spark_location, 
     uri, opts = spark_location
     n_per_part, parts = 100_000, 2
     df = frame(spark, 0, n_per_part * parts, parts)
+    # durable_write=true: the first attempts have durable entries when they fail.
     write(fail_first_attempt(df, 90_000, n_per_part), uri, opts, enable_memtable=memtable,
-          primary_key="id", max_wal_flush_interval_ms="10")
+          primary_key="id", max_wal_flush_interval_ms="10", durable_write="true")
     committed = read(spark, uri, opts)
     assert committed.count() == n_per_part * parts
     assert committed.select("id").distinct().count() == n_per_part * parts
