@@ -128,10 +128,12 @@ class _Gate:
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
 @pytest.mark.parametrize("memtable", MODES)
-def test_concurrent_attempts_older_is_fenced_and_not_committed(spark_location, memtable):
+def test_concurrent_attempts_older_is_fenced_and_not_committed(spark, spark_location, memtable):
     uri, opts = spark_location
+    # durable_write=true: the old attempt's first batch is durable before it pauses.
     wopts = WriteOptions.parse({"path": uri, "enable_memtable": memtable,
-                                "max_wal_flush_interval_ms": "10", **opts})
+                                "max_wal_flush_interval_ms": "10", "durable_write": "true",
+                                **opts})
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
     table = create_table(uri, schema, ["id"], wopts.storage).schema
     writer = MemWalBatchWriter(wopts, table, overwrite=False)
@@ -158,9 +160,6 @@ def test_concurrent_attempts_older_is_fenced_and_not_committed(spark_location, m
     assert "old_error" in outcome and "old" not in outcome
     assert new_msg.epoch == outcome["old_error"].local_epoch + 1
     writer.commit([new_msg])
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
     ids = sorted(r.id for r in read(spark, uri, opts).collect())
     assert ids == list(range(1000, 1030))
     # The old attempt's durable entry is in the raw log, but never committed.
