@@ -115,15 +115,15 @@ def read_partition(opts: ReadOptions, table_schema: pa.Schema,
                 continue
             has_tomb = TOMBSTONE in batch.schema.names
             n = batch.num_rows
-            tomb = batch.column(TOMBSTONE) if has_tomb else pa.repeat(False, n)
-            cols = [batch.column(n) for n in names]
+            cols = [batch.column(name) for name in names]
             if opts.metadata_columns:
+                tomb = batch.column(TOMBSTONE) if has_tomb else pa.repeat(False, n)
                 cols += [pa.repeat(part.shard_id, n), pa.repeat(pos, n),
                          pa.repeat(entry.writer_epoch, n), tomb]
             out = cast_columns(cols, schema)
             if has_tomb and not opts.metadata_columns:
                 # Deletes are markers, not rows; with metadata columns they are shown.
-                out = out.filter(pc.invert(tomb))
+                out = out.filter(pc.invert(batch.column(TOMBSTONE)))
             if out.num_rows:
                 yield out
 
