@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from memwal_datasource.errors import TransientStoreError
 from memwal_datasource.store import ObjectStore
+from memwal_datasource.wal import WalTailer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -75,3 +76,18 @@ class FlakyStore(DelegatingStore):
                 self.inner.put_if_absent(key, data)
             raise TransientStoreError(f"injected failure writing {key}")
         self.inner.put_if_absent(key, data)
+
+
+def wal_rows(store: ObjectStore, shard: str) -> list[int]:
+    """Every id in the shard's WAL, in WAL order (sentinels skipped)."""
+    out: list[int] = []
+    for _pos, entry in WalTailer(store, shard).entries(1):
+        for b in entry.batches:
+            out.extend(b.column("id").to_pylist())
+    return out
+
+
+def wal_entries(store: ObjectStore, shard: str) -> list[tuple[int, int, int, bool]]:
+    """(position, epoch, rows, is_sentinel) of every entry."""
+    return [(p, e.writer_epoch, e.num_rows, e.is_sentinel)
+            for p, e in WalTailer(store, shard).entries(1, include_sentinels=True)]
