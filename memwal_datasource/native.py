@@ -18,7 +18,7 @@ from .errors import ConfigError, Fenced, MemWalError
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import open_store
-from .wal import WalTailer
+from .wal import WalTailer, find_tip
 from .writer import NotInThisMode, ShardWriter, WriterStats, as_batches, check_schema
 
 # Config fields pylance 14's mem_wal_writer accepts as keyword arguments.
@@ -105,9 +105,12 @@ class NativeShardWriter(ShardWriter):
         except OSError as exc:
             raise translate(exc, manifests.shard_id, 0) from None
         after = manifests.latest()
-        return cls(native, uri, store, manifests.shard_id, schema, config,
-                   after.writer_epoch if after else 0, tip_before,
-                   {s.path for s in (before.sstables if before else [])})
+        writer = cls(native, uri, store, manifests.shard_id, schema, config,
+                     after.writer_epoch if after else 0, tip_before,
+                     {s.path for s in (before.sstables if before else [])})
+        # Known right from open: the native open has already dropped its sentinel.
+        writer._stats.next_wal_entry_position = find_tip(store, manifests.shard_id, tip_before)
+        return writer
 
     def put(self, batches) -> None:
         if self._error is not None:
@@ -194,6 +197,8 @@ class NativeShardWriter(ShardWriter):
         if self._final is not None:
             return self._final
         s = self._stats.copy()
+        s.next_wal_entry_position = find_tip(self._store, self.shard_id,
+                                             s.next_wal_entry_position)
         try:
             s.memtable = dict(self._native.memtable_stats())
             native = self._native.stats()

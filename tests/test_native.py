@@ -64,9 +64,11 @@ def test_memtable_mode_put_close_reopen(table):
     shard = new_shard()
     w = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
     assert isinstance(w, NativeShardWriter) and w.epoch == 1
+    assert w.stats().next_wal_entry_position == 1  # known right from open
     for i in range(3):
         w.put(make_batch(i * ROWS, ROWS))
     live = w.stats()
+    assert live.next_wal_entry_position == 4  # durable puts: entries 1..3 are down
     assert (live.mode, live.puts, live.rows, live.rows_durable) == ("memtable", 3, 30, 30)
     mt = live.memtable_stats()
     assert (mt["row_count"], mt["generation"]) == (30, 1)
@@ -83,6 +85,7 @@ def test_memtable_mode_put_close_reopen(table):
 
     w3 = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
     assert w3.epoch == 3
+    assert w3.stats().next_wal_entry_position == 6  # past its own sentinel at 5
     w3.put(make_batch(100, 2))
     w3.close()
     s3 = w3.stats()
