@@ -108,12 +108,13 @@ def write_task(opts: WriteOptions, schema: pa.Schema,
 
 
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
-               query_id: str | None = None, batch_id: int | None = None) -> CommitRecord:
+               query_id: str | None = None, batch_id: int | None = None,
+               commit_log: CommitLog | None = None) -> CommitRecord:
     """Write the job's one commit record and log a summary line."""
     _ensure_visible_logging()
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     ranges = [r for r in (m.committed_range() for m in msgs) if r is not None]
-    log_ = CommitLog(open_store(opts.path, opts.storage))
+    log_ = commit_log or CommitLog(open_store(opts.path, opts.storage))
     rec = log_.append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
                       query_id=query_id, batch_id=batch_id)
     log.info(
@@ -171,7 +172,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
                      batchId)
             return
         commit_job(self.opts, messages, APPEND, f"{self.query_id}:{batchId}", time.time(),
-                   query_id=self.query_id, batch_id=batchId)
+                   query_id=self.query_id, batch_id=batchId, commit_log=log_)
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         log.warning("memwal stream %s batch %d aborted; nothing committed", self.query_id,
