@@ -52,11 +52,6 @@ class CommittedRange:
     attempt: int | None = None
     sstables: tuple[str, ...] = ()
 
-    def covers(self, shard_id: str, position: int, epoch: int) -> bool:
-        """True if this range makes the entry visible."""
-        return (shard_id == self.shard_id and epoch == self.epoch
-                and self.first <= position <= self.last)
-
 
 @dataclass
 class CommitRecord:
@@ -194,7 +189,3 @@ class CommittedView:
     def ranges(self, shard_id: str) -> list[CommittedRange]:
         """Committed ranges of one shard, by first position."""
         return self.by_shard.get(shard_id, [])
-
-    def is_visible(self, shard_id: str, position: int, epoch: int) -> bool:
-        """True if the entry at ``position`` written by ``epoch`` is committed."""
-        return any(r.covers(shard_id, position, epoch) for r in self.ranges(shard_id))

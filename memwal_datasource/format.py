@@ -165,13 +165,6 @@ def decode_wal_entry(data: bytes, where: str) -> WalEntry:
     return WalEntry(schema, batches, epoch, generation, is_sentinel, len(data))
 
 
-def strip_wal_metadata(schema: pa.Schema) -> pa.Schema:
-    """The data schema without the MemWAL per-entry metadata keys."""
-    meta = {k: v for k, v in (schema.metadata or {}).items()
-            if k not in (WRITER_EPOCH_KEY, GENERATION_KEY, FENCE_SENTINEL_KEY)}
-    return schema.with_metadata(meta or None)
-
-
 # --- shard manifests ----------------------------------------------------------
 
 @dataclass

@@ -126,11 +126,6 @@ class WalAppender:
             appender.sentinel_position = res.position
         return appender
 
-    @property
-    def error(self) -> Exception | None:
-        """The ``Fenced`` / ``WriterPoisoned`` error that stopped this appender."""
-        return self._error
-
     def append(
         self, schema: pa.Schema, batches: Iterable[pa.RecordBatch], generation: int | None = None
     ) -> AppendResult:
@@ -192,14 +187,6 @@ class WalAppender:
             return self.store.get(key) == data
         except FileNotFoundError:
             return False
-
-    def check_fenced(self) -> None:
-        """Raise :class:`Fenced` if a newer epoch has claimed the shard."""
-        try:
-            self.manifests.check_fenced(self.epoch)
-        except Fenced as exc:
-            self._error = exc
-            raise
 
 
 class WalTailer:
