@@ -76,7 +76,7 @@ def manifest(uri: str, shard: str, storage: tuple[str, ...]) -> None:
     m = ManifestStore(open_store(uri, _storage(storage)), shard).latest()
     if m is None:
         raise click.ClickException(f"shard {shard} has no manifest under {uri}")
-    body = {k: v for k, v in m.__dict__.items() if k != "raw"}
+    body = {k: v for k, v in m.__dict__.items() if k not in ("raw", "claim_nonce")}
     body["sstables"] = [s.__dict__ for s in m.sstables]
     body["shard_field_entries"] = [(f, v.hex()) for f, v in m.shard_field_entries]
     _console().print_json(json.dumps(body))

@@ -21,8 +21,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
+from . import hooks
 from .errors import CorruptEntryError, MemWalError
-from .store import ObjectStore
+from .store import ObjectStore, put_resolved
 from .wal import first_missing
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class CommitRecord:
     query_id: str | None = None
     batch_id: int | None = None
     extra: dict = field(default_factory=dict)
+    txn_app_id: str | None = None
+    txn_version: int | None = None
 
     def to_json(self) -> bytes:
         """The record's storage form."""
@@ -90,19 +93,56 @@ class CommitRecord:
                        ranges=ranges, created_ms=int(body.get("created_ms", 0)),
                        writer_group=body.get("writer_group", ""),
                        query_id=body.get("query_id"), batch_id=body.get("batch_id"),
-                       extra=body.get("extra", {}))
+                       extra=body.get("extra", {}), txn_app_id=body.get("txn_app_id"),
+                       txn_version=body.get("txn_version"))
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntryError(f"commit record {where} is corrupt: {exc}") from None
 
 
-class CommitLog:
-    """Append and read commit records of one table."""
+def stream_app_id(query_id: str) -> str:
+    """The idempotency key under which a stream's micro-batches commit."""
+    return f"stream:{query_id}"
 
-    def __init__(self, store: ObjectStore):
+
+@dataclass(frozen=True)
+class Txn:
+    """An idempotency key, like Delta's ``txnAppId`` / ``txnVersion``.
+
+    A commit carrying ``(app_id, version)`` is skipped when the log already
+    holds a record of ``app_id`` with a version at least as high.
+    """
+
+    app_id: str
+    version: int
+
+
+@dataclass
+class CommitResult:
+    """What :meth:`CommitLog.append` did: the record, and whether it is new."""
+
+    record: CommitRecord
+    created: bool
+
+
+class CommitLog:
+    """Append and read commit records of one table.
+
+    Appending is serialisable: a record is written put-if-absent at the first
+    free sequence number, after every record below it has been read, so an
+    idempotency key is checked against the complete history that precedes it.
+    A collision is read back (a lost acknowledgement is ours, not a rival's)
+    and the rival's record is checked before moving on.
+    """
+
+    def __init__(self, store: ObjectStore, *, retries: int = 3, retry_base_delay_ms: int = 50):
         self.store = store
+        self.retries = retries
+        self.retry_base_delay_ms = retry_base_delay_ms
         self._cache: dict[int, CommitRecord] = {}
+        self._txn: dict[str, tuple[int, int]] = {}  # app id -> (version, sequence)
+        self._txn_scanned = 0  # records 1..this have been folded into _txn
 
     def _exists(self, sequence: int) -> bool:
         return sequence in self._cache or self.store.exists(record_key(sequence))
@@ -128,38 +168,61 @@ class CommitLog:
             yield self.read(seq)
             seq += 1
 
+    def _fold_txn(self, upto: int) -> None:
+        """Fold records ``1..upto`` into the idempotency-key index."""
+        for seq in range(self._txn_scanned + 1, upto + 1):
+            rec = self.read(seq)
+            if rec.txn_app_id is not None and rec.txn_version is not None:
+                prior = self._txn.get(rec.txn_app_id)
+                if prior is None or rec.txn_version >= prior[0]:
+                    self._txn[rec.txn_app_id] = (rec.txn_version, seq)
+            self._txn_scanned = seq
+
+    def committed_txn(self, txn: Txn, upto: int | None = None) -> CommitRecord | None:
+        """The record that already committed ``txn`` (same app, version >= it), if any."""
+        self._fold_txn(self.next_sequence() - 1 if upto is None else upto)
+        prior = self._txn.get(txn.app_id)
+        if prior is not None and prior[0] >= txn.version:
+            return self.read(prior[1])
+        return None
+
     def append(self, kind: str, ranges: Iterable[CommittedRange], *, job_id: str | None = None,
                writer_group: str = "", query_id: str | None = None,
-               batch_id: int | None = None, extra: dict | None = None) -> CommitRecord:
-        """Write the next record atomically; concurrent appenders take turns."""
+               batch_id: int | None = None, extra: dict | None = None,
+               txn: Txn | None = None) -> CommitResult:
+        """Write the next record atomically; concurrent appenders take turns.
+
+        With ``txn``, a key already committed returns that record with
+        ``created=False`` instead of committing the rows a second time.
+        """
         if kind not in (APPEND, OVERWRITE):
             raise ValueError(f"commit kind must be '{APPEND}' or '{OVERWRITE}', got '{kind}'")
         rec = CommitRecord(sequence=0, kind=kind, job_id=job_id or uuid.uuid4().hex,
                            ranges=list(ranges), created_ms=int(time.time() * 1000),
                            writer_group=writer_group, query_id=query_id, batch_id=batch_id,
-                           extra=dict(extra or {}))
+                           extra=dict(extra or {}),
+                           txn_app_id=txn.app_id if txn else None,
+                           txn_version=txn.version if txn else None)
+        seq = self.next_sequence()
         while True:
-            rec.sequence = self.next_sequence()
-            try:
-                self.store.put_if_absent(record_key(rec.sequence), rec.to_json())
-            except FileExistsError:
-                continue  # another job took this number: try the next
-            self._cache[rec.sequence] = rec
-            return rec
+            if txn is not None:
+                done = self.committed_txn(txn, upto=seq - 1)
+                if done is not None:
+                    return CommitResult(done, False)
+            rec.sequence = seq
+            key = record_key(seq)
+            hooks.point("commit.before", sequence=seq)
+            if put_resolved(self.store, key, rec.to_json(), retries=self.retries,
+                            base_delay_ms=self.retry_base_delay_ms,
+                            what=f"commit record {seq}"):
+                self._cache[seq] = rec
+                hooks.point("commit.after", sequence=seq)
+                return CommitResult(rec, True)
+            seq += 1  # another job took this number; it is checked on the next pass
 
     def find_stream_batch(self, query_id: str, batch_id: int) -> CommitRecord | None:
-        """The record of micro-batch ``batch_id`` of ``query_id``, if committed.
-
-        Scans back from the newest record to the stream's most recent one: a
-        replayed batch is always that stream's latest or the one after it.
-        """
-        seq = self.next_sequence() - 1
-        while seq >= 1:
-            rec = self.read(seq)
-            if rec.query_id == query_id:
-                return rec if rec.batch_id == batch_id else None
-            seq -= 1
-        return None
+        """The record that committed micro-batch ``batch_id`` of ``query_id`` (or a later one)."""
+        return self.committed_txn(Txn(stream_app_id(query_id), batch_id))
 
     def visible(self) -> list[CommittedRange]:
         """Ranges visible to a committed reader: all since the last overwrite."""

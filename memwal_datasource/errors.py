@@ -58,8 +58,17 @@ class Fenced(MemWalError):
         super().__init__(msg)
 
 
+class OutcomeUnknown(StoreError):
+    """A conditional write may or may not have landed and reading back could not tell."""
+
+
 class WriterPoisoned(MemWalError):
-    """A WAL append had an outcome we cannot know; the writer must be reopened."""
+    """A WAL append had an outcome we cannot know; the writer must be reopened.
+
+    Nothing acknowledged is lost. Reopening claims a new epoch, fences this
+    writer and resumes at the WAL tip; rows whose put raised were not
+    acknowledged and must be written again by the caller.
+    """
 
 
 class ConfigError(MemWalError, ValueError):

@@ -30,7 +30,11 @@ WRITER_EPOCH_KEY = b"writer_epoch"
 GENERATION_KEY = b"generation"
 FENCE_SENTINEL_KEY = b"fence_sentinel"
 FENCE_SENTINEL_VALUE = b"true"
+# Arrow IPC end-of-stream: continuation marker, then a zero metadata length.
+IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _MAX_U64 = (1 << 64) - 1
+# Hints above this are nonsense (or an attack): ignored, never probed.
+MAX_HINT = (1 << 63) - 1
 
 __all__ = [
     "SHARD_ACTIVE",
@@ -139,15 +143,26 @@ def encode_sentinel(writer_epoch: int) -> bytes:
 
 
 def decode_wal_entry(data: bytes, where: str) -> WalEntry:
-    """Decode a WAL entry; ``where`` names shard and position for errors."""
+    """Decode a WAL entry; ``where`` names shard and position for errors.
+
+    An entry must be one complete IPC stream ending with the end-of-stream
+    marker: a stream cut at a message boundary parses as valid with fewer rows,
+    so without this check a damaged entry would lose rows silently.
+    """
+    source = pa.BufferReader(data)
     try:
-        reader = pa.ipc.open_stream(pa.BufferReader(data))
+        reader = pa.ipc.open_stream(source)
         schema = reader.schema
         batches = list(reader)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as exc:
         raise CorruptEntryError(
             f"WAL entry {where} is truncated or corrupt ({len(data)} bytes): {exc}"
         ) from None
+    if not data.endswith(IPC_EOS) or source.tell() != len(data):
+        raise CorruptEntryError(
+            f"WAL entry {where} is truncated or damaged ({len(data)} bytes): it does not end "
+            "with the Arrow IPC end-of-stream marker right after its last message"
+        )
     meta = schema.metadata or {}
     raw_epoch = meta.get(WRITER_EPOCH_KEY)
     try:
@@ -178,6 +193,13 @@ class SsTable:
     primary_key_bytes: int | None = None
 
 
+# Ours, outside Lance's field numbers: random bytes that make every claim's
+# manifest unique, so a claimer that lost its PUT's response and reads the
+# version back can tell its own claim from an identical rival's. Decoders
+# (pylance's prost among them) skip unknown fields; we drop it on rewrite.
+CLAIM_NONCE_FIELD = 536_866_816
+
+
 @dataclass
 class ShardManifest:
     """A shard manifest version. ``raw`` keeps unknown fields across rewrites."""
@@ -193,6 +215,7 @@ class ShardManifest:
     shard_field_entries: list[tuple[str, bytes]] = field(default_factory=list)
     status: int = SHARD_ACTIVE
     raw: bytes = field(default=b"", repr=False)
+    claim_nonce: bytes = field(default=b"", repr=False)
 
     @property
     def sealed(self) -> bool:
@@ -223,13 +246,69 @@ def encode_manifest(m: ShardManifest) -> bytes:
     del pb.shard_field_entries[:]
     for field_id, value in m.shard_field_entries:
         pb.shard_field_entries.add(field_id=field_id, value=value)
-    return pb.SerializeToString(deterministic=True)
+    out = pb.SerializeToString(deterministic=True)
+    if m.claim_nonce:
+        out += (_varint(CLAIM_NONCE_FIELD << 3 | 2) + _varint(len(m.claim_nonce))
+                + m.claim_nonce)
+    return out
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _split_nonce(data: bytes) -> tuple[bytes, bytes]:
+    """``(data without our claim-nonce field, the nonce)`` (top-level fields only)."""
+    if not data:
+        return data, b""
+    kept, nonce, i = bytearray(), b"", 0
+    while i < len(data):
+        start = i
+        tag, i = _read_varint(data, i)
+        wire = tag & 7
+        if wire == 0:
+            _, i = _read_varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 2:
+            length, i = _read_varint(data, i)
+            i += length
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if i > len(data):
+            raise ValueError("truncated field")
+        if tag >> 3 == CLAIM_NONCE_FIELD and wire == 2:
+            nonce = data[i - length:i]
+        else:
+            kept += data[start:i]
+    return bytes(kept), nonce
 
 
 def decode_manifest(data: bytes, where: str) -> ShardManifest:
-    """Parse a ``ShardManifest``; unknown fields are tolerated and kept."""
+    """Parse a ``ShardManifest``; unknown fields are tolerated and kept (but our nonce)."""
     pb = ShardManifestPB()
     try:
+        data, nonce = _split_nonce(bytes(data))
         pb.ParseFromString(data)
         shard = str(uuid.UUID(bytes=pb.shard_id.uuid)) if pb.shard_id.uuid else ""
     except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and friends
@@ -253,7 +332,8 @@ def decode_manifest(data: bytes, where: str) -> ShardManifest:
         shard_spec_id=pb.shard_spec_id,
         shard_field_entries=[(e.field_id, e.value) for e in pb.shard_field_entries],
         status=pb.status,
-        raw=bytes(data),
+        raw=data,
+        claim_nonce=nonce,
     )
 
 
@@ -263,10 +343,16 @@ def encode_version_hint(version: int) -> bytes:
 
 
 def decode_version_hint(data: bytes) -> int | None:
-    """The hinted version, or ``None`` if the hint is unreadable (it is only a hint)."""
+    """The hinted version, or ``None`` if the hint is unusable (it is only a hint).
+
+    Only an integer in ``[1, 2^63)`` is a hint; ``Infinity``, floats, strings
+    and huge numbers are ignored rather than probed.
+    """
     try:
         value = json.loads(data)["version"]
-        return int(value) if int(value) >= 1 else None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HINT:
+        return None
+    return value
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import uuid
 from collections.abc import Callable
 
-from .errors import Fenced, ShardSealedError, StoreError
+from . import hooks
+from .errors import CorruptEntryError, Fenced, ShardSealedError, StoreError
 from .format import (
     MEM_WAL_DIR,
     ShardManifest,
@@ -25,7 +27,7 @@ from .format import (
     parse_bit_reversed_name,
     version_hint_key,
 )
-from .store import ObjectStore
+from .store import ObjectStore, put_resolved
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +37,23 @@ _MAX_RACE_RETRIES = 1000
 
 
 class ManifestStore:
-    """The manifest chain of one shard."""
+    """The manifest chain of one shard.
 
-    def __init__(self, store: ObjectStore, shard_id: str):
+    Every conditional write here goes through :func:`put_resolved`: it is sent
+    once per attempt, and a collision is read back, so a claim whose response
+    was lost is recognised as ours instead of as a rival's.
+    """
+
+    def __init__(self, store: ObjectStore, shard_id: str, *, retries: int = 3,
+                 retry_base_delay_ms: int = 50):
         self.store = store
         self.shard_id = str(uuid.UUID(shard_id))
+        self.retries = retries
+        self.retry_base_delay_ms = retry_base_delay_ms
 
     def _where(self, version: int) -> str:
         where = self.store.describe(manifest_key(self.shard_id, version))
-        return f"shard {self.shard_id} version {version} ({where})"
+        return f"shard {self.shard_id} manifest version {version} ({where})"
 
     def _exists(self, version: int) -> bool:
         return self.store.exists(manifest_key(self.shard_id, version))
@@ -58,12 +68,21 @@ class ManifestStore:
                     continue
         return best
 
+    def _hint(self) -> int | None:
+        key = version_hint_key(self.shard_id)
+        try:
+            data = self.store.get(key)
+        except FileNotFoundError:
+            return None
+        hint = decode_version_hint(data)
+        if hint is None:
+            log.warning("ignoring unusable version hint %s (%d bytes): it is only a hint",
+                        self.store.describe(key), len(data))
+        return hint
+
     def latest_version(self) -> int:
         """The last existing version (0 if the shard has no manifest)."""
-        try:
-            hint = decode_version_hint(self.store.get(version_hint_key(self.shard_id)))
-        except FileNotFoundError:
-            hint = None
+        hint = self._hint()
         if hint is not None and self._exists(hint):
             version = hint
         else:
@@ -74,14 +93,18 @@ class ManifestStore:
         return version
 
     def load(self, version: int) -> ShardManifest:
-        """Read and decode one version."""
+        """Read, decode and validate one version; damage raises naming the file."""
         data = self.store.get(manifest_key(self.shard_id, version))
-        m = decode_manifest(data, self._where(version))
+        where = self._where(version)
+        m = decode_manifest(data, where)
         if m.version != version:
-            log.warning("%s records version %d in its body", self._where(version), m.version)
-        m.version = version
-        if not m.shard_id:
-            m.shard_id = self.shard_id
+            raise CorruptEntryError(
+                f"{where} is damaged ({len(data)} bytes): its body records version "
+                f"{m.version}; refusing to trust its writer epoch")
+        if m.shard_id != self.shard_id:
+            raise CorruptEntryError(
+                f"{where} is damaged ({len(data)} bytes): its body names shard "
+                f"'{m.shard_id or '(none)'}'")
         return m
 
     def latest(self) -> ShardManifest | None:
@@ -89,19 +112,26 @@ class ManifestStore:
         version = self.latest_version()
         return self.load(version) if version else None
 
-    def _write(self, m: ShardManifest) -> None:
-        self.store.put_if_absent(manifest_key(self.shard_id, m.version), encode_manifest(m))
-        try:
-            self.store.put(version_hint_key(self.shard_id), encode_version_hint(m.version))
-        except (StoreError, OSError) as exc:  # only a hint; readers probe past it
-            log.warning("shard %s: could not update version_hint.json: %s", self.shard_id, exc)
+    def _write(self, m: ShardManifest) -> bool:
+        """Put version ``m.version``; ``True`` if it is ours, ``False`` if a rival's."""
+        ours = put_resolved(self.store, manifest_key(self.shard_id, m.version),
+                            encode_manifest(m), retries=self.retries,
+                            base_delay_ms=self.retry_base_delay_ms, what=self._where(m.version))
+        if ours:
+            try:
+                self.store.put(version_hint_key(self.shard_id), encode_version_hint(m.version))
+            except (StoreError, OSError) as exc:  # only a hint; readers probe past it
+                log.warning("shard %s: could not update version_hint.json: %s",
+                            self.shard_id, exc)
+        return ours
 
     def claim_epoch(self, create: bool = True) -> ShardManifest:
         """Claim the shard with ``writer_epoch + 1`` and return the new manifest.
 
-        Refuses a SEALED shard. On a lost race it reloads and retries only
-        while the stored epoch is still below the one it is claiming; if a
-        concurrent claim took that epoch (or higher) it raises :class:`Fenced`.
+        Refuses a SEALED shard and a damaged latest manifest (a claim never
+        lowers an epoch). On a lost race it reloads and retries only while the
+        stored epoch is still below the one it is claiming; if a concurrent
+        claim took that epoch (or higher) it raises :class:`Fenced`.
         """
         current = self.latest()
         if current is None and not create:
@@ -119,11 +149,12 @@ class ManifestStore:
             new = copy.deepcopy(current) if current else ShardManifest(shard_id=self.shard_id)
             new.version = (current.version if current else 0) + 1
             new.writer_epoch = target
-            try:
-                self._write(new)
+            new.claim_nonce = os.urandom(16)
+            if self._write(new):
+                hooks.point("claim.written", shard=self.shard_id, epoch=target,
+                            version=new.version)
                 return new
-            except FileExistsError:
-                current = self.latest()
+            current = self.latest()
         raise StoreError(f"shard {self.shard_id}: gave up claiming after {_MAX_RACE_RETRIES} races")
 
     def check_fenced(self, epoch: int) -> ShardManifest:
@@ -145,13 +176,11 @@ class ManifestStore:
             current = self.check_fenced(epoch)
             new = copy.deepcopy(current)
             new.version = current.version + 1
+            new.claim_nonce = b""
             mutate(new)
             new.writer_epoch = current.writer_epoch
-            try:
-                self._write(new)
+            if self._write(new):
                 return new
-            except FileExistsError:
-                continue
         raise StoreError(f"shard {self.shard_id}: gave up updating after {_MAX_RACE_RETRIES} races")
 
 

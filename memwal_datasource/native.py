@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from .config import ShardWriterConfig
-from .errors import ConfigError, Fenced, MemWalError
+from .errors import ConfigError, Fenced, MemWalError, WriterPoisoned
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import open_store
@@ -53,14 +53,65 @@ def check_native_config(config: ShardWriterConfig) -> None:
         )
 
 
-def translate(exc: Exception, shard_id: str, epoch: int) -> Exception:
-    """Map pylance's OSError strings to our typed errors."""
+def translate(exc: Exception, shard_id: str, epoch: int,
+              manifests: ManifestStore | None = None) -> Exception:
+    """Map pylance's OSError strings to what the user should do.
+
+    * "fenced (persistence failure) ... reopen": a WAL write had an unknowable
+      outcome; :class:`WriterPoisoned` (reopen to recover), never ``Fenced``.
+    * "fenced (peer claimed epoch) ... local epoch L < stored epoch S":
+      :class:`Fenced` by the real stored epoch (stop writing).
+    * Any other "fenced": the stored epoch is read from the manifest; only a
+      newer epoch there makes it ``Fenced``.
+    """
     msg = str(exc)
-    if "fenced" in msg.lower():
+    low = msg.lower()
+    if "persistence failure" in low or ("fenced" in low and "reopen" in low
+                                         and not _FENCED.search(msg)):
+        return WriterPoisoned(
+            f"shard {shard_id} epoch {epoch}: pylance's writer could not make a WAL write "
+            f"durable and stopped ({msg.splitlines()[0][:300]}); no acknowledged row is lost: "
+            "reopen the writer to replay the WAL and write the unacknowledged rows again")
+    if "fenced" in low:
         m = _FENCED.search(msg)
-        stored = int(m.group(2)) if m else epoch + 1
-        return Fenced(shard_id, epoch, stored, "reported by pylance")
+        stored = int(m.group(2)) if m else None
+        if stored is None and manifests is not None:
+            try:
+                latest = manifests.latest()
+                stored = latest.writer_epoch if latest else None
+            except Exception:  # noqa: BLE001 - fall through to the generic error
+                stored = None
+        if stored is not None and stored > epoch:
+            return Fenced(shard_id, epoch, stored, "reported by pylance")
     return MemWalError(f"shard {shard_id}: pylance writer failed: {msg}")
+
+
+def claimed_epoch(manifests: ManifestStore, before_version: int, before_epoch: int,
+                  native) -> int:
+    """The epoch pylance's writer claimed at open, from the manifest chain.
+
+    pylance does not report it, and the latest manifest may already be a
+    newer writer's. The versions written during our open hold every claim
+    made meanwhile; exactly one means it is ours. With several, which is ours
+    cannot be known, so the writer is closed and the open refused.
+    """
+    latest = manifests.latest_version()
+    claims, epoch = [], before_epoch
+    for version in range(before_version + 1, latest + 1):
+        m = manifests.load(version)
+        if m.writer_epoch > epoch:
+            claims.append(m.writer_epoch)
+            epoch = m.writer_epoch
+    if len(claims) == 1:
+        return claims[0]
+    try:
+        native.close()
+    except OSError:
+        pass
+    raise WriterPoisoned(
+        f"shard {manifests.shard_id}: {len(claims)} writer epochs {claims} were claimed while "
+        "pylance's writer opened, so the epoch this writer holds cannot be told; it was "
+        "closed. Another writer is opening this shard at the same time: retry the open")
 
 
 class NativeShardWriter(ShardWriter):
@@ -71,6 +122,7 @@ class NativeShardWriter(ShardWriter):
         self._native = native
         self.uri = uri
         self._store = store
+        self._manifests = ManifestStore(store, shard_id)
         self.shard_id = shard_id
         self.schema = schema
         self.config = config
@@ -103,10 +155,11 @@ class NativeShardWriter(ShardWriter):
         try:
             native = ds.mem_wal_writer(manifests.shard_id, **kwargs)
         except OSError as exc:
-            raise translate(exc, manifests.shard_id, 0) from None
-        after = manifests.latest()
-        writer = cls(native, uri, store, manifests.shard_id, schema, config,
-                     after.writer_epoch if after else 0, tip_before,
+            raise translate(exc, manifests.shard_id, before.writer_epoch if before else 0,
+                            manifests) from None
+        epoch = claimed_epoch(manifests, before.version if before else 0,
+                              before.writer_epoch if before else 0, native)
+        writer = cls(native, uri, store, manifests.shard_id, schema, config, epoch, tip_before,
                      {s.path for s in (before.sstables if before else [])})
         # Known right from open: the native open has already dropped its sentinel.
         writer._stats.next_wal_entry_position = find_tip(store, manifests.shard_id, tip_before)
@@ -122,7 +175,7 @@ class NativeShardWriter(ShardWriter):
         try:
             self._native.put(pa.Table.from_batches(items, schema=self.schema))
         except OSError as exc:
-            self._error = translate(exc, self.shard_id, self.epoch)
+            self._error = translate(exc, self.shard_id, self.epoch, self._manifests)
             raise self._error from None
         self._stats.puts += 1
         rows = sum(b.num_rows for b in items)
@@ -151,7 +204,8 @@ class NativeShardWriter(ShardWriter):
         try:
             self._native.close()
         except OSError as exc:
-            self._error = self._error or translate(exc, self.shard_id, self.epoch)
+            self._error = self._error or translate(exc, self.shard_id, self.epoch,
+                                                   self._manifests)
         self._final = self._collect()
         if self._error is not None:
             raise self._error
@@ -188,7 +242,7 @@ class NativeShardWriter(ShardWriter):
             s.first_wal_position, s.last_wal_position = first, tip - 1
             # pylance 14's wal_flush_count misses some flushes; the WAL itself does not.
             s.wal_entries = tip - first
-        latest = ManifestStore(self._store, self.shard_id).latest()
+        latest = self._manifests.latest()
         if latest is not None:
             s.sstables = [t.path for t in latest.sstables if t.path not in self._sstables_before]
         return s
@@ -205,5 +259,5 @@ class NativeShardWriter(ShardWriter):
             s.wal_entries = int(native.get("wal_flush_count", 0))
             s.wal_bytes = int(native.get("wal_flush_bytes", 0))
         except OSError as exc:
-            raise translate(exc, self.shard_id, self.epoch) from None
+            raise translate(exc, self.shard_id, self.epoch, self._manifests) from None
         return s

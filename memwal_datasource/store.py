@@ -19,13 +19,16 @@ is refused, because a backend without conditional writes cannot fence writers.
 from __future__ import annotations
 
 import os
+import random
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlparse
 
 from .errors import (
+    OutcomeUnknown,
     StoreAuthError,
     StoreError,
     StoreNotFoundError,
@@ -226,31 +229,39 @@ class LocalStore(ObjectStore):
             pass
 
 
-class S3Store(ObjectStore):
-    """S3 via boto3; put-if-absent is ``PutObject`` with ``If-None-Match: *``.
+_CLIENTS: dict[tuple[S3Options, bool], object] = {}
+_CLIENTS_LOCK = threading.Lock()
 
-    HTTP 412 (``PreconditionFailed``) means the key exists. HTTP 409
-    (``ConditionalRequestConflict``) is a concurrent conflict and is raised as
-    :class:`TransientStoreError` so the caller retries. boto3's own retry
-    policy (standard mode) handles throttling and 5xx.
+
+def _s3_client(options: S3Options, conditional: bool):
+    """One boto3 client per process, configuration and purpose (clients are thread-safe).
+
+    The ``conditional`` client makes exactly one HTTP attempt per call
+    (``total_max_attempts=1``): an SDK retry of a conditional PUT whose first
+    response was lost comes back 412 and looks like another writer's object,
+    so the protocol layer, not the SDK, retries and resolves such outcomes.
     """
-
-    def __init__(self, bucket: str, prefix: str, options: S3Options):
+    key = (options, conditional)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is not None:
+            return client
         import boto3
         from botocore.config import Config
 
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.options = options
-        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        retries = ({"total_max_attempts": 1, "mode": "standard"} if conditional
+                   else {"max_attempts": options.max_attempts, "mode": "standard"})
         config = Config(
-            retries={"max_attempts": options.max_attempts, "mode": "standard"},
+            retries=retries,
             s3={"addressing_style": "path" if options.path_style else "auto"},
             connect_timeout=options.connect_timeout_s,
             read_timeout=options.read_timeout_s,
+            max_pool_connections=32,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
         )
         # Credentials left as None fall through to the standard AWS chain.
-        self._client = boto3.session.Session().client(
+        client = boto3.session.Session().client(
             "s3",
             endpoint_url=options.endpoint,
             region_name=options.region,
@@ -259,6 +270,28 @@ class S3Store(ObjectStore):
             aws_session_token=options.session_token,
             config=config,
         )
+        _CLIENTS[key] = client
+        return client
+
+
+class S3Store(ObjectStore):
+    """S3 via boto3; put-if-absent is ``PutObject`` with ``If-None-Match: *``.
+
+    HTTP 412 (``PreconditionFailed``) means the key exists. A conditional PUT
+    is sent exactly once; any other failure (5xx, 409, a lost response) is
+    raised as :class:`TransientStoreError` because the object may or may not
+    have landed, and the caller resolves it by reading the key back
+    (:func:`put_resolved`). Reads, listings and deletes keep boto3's standard
+    retries.
+    """
+
+    def __init__(self, bucket: str, prefix: str, options: S3Options):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.options = options
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client = _s3_client(options, conditional=False)
+        self._cond_client = _s3_client(options, conditional=True)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -301,7 +334,7 @@ class S3Store(ObjectStore):
         from botocore.exceptions import ClientError
 
         try:
-            self._client.put_object(
+            self._cond_client.put_object(
                 Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
             )
         except ClientError as exc:
@@ -383,6 +416,53 @@ class S3Store(ObjectStore):
                         f"bucket '{self.bucket}' does not exist at {self._endpoint_name()}"
                     ) from None
             self._raise(exc, "")
+
+
+MAX_BACKOFF_S = 5.0  # Lance's cap on the delay between retries of one write
+
+
+def backoff_delay(failures: int, base_delay_ms: int) -> float:
+    """Jittered exponential backoff in seconds, capped at :data:`MAX_BACKOFF_S`."""
+    delay = min(MAX_BACKOFF_S, base_delay_ms * (2 ** min(failures - 1, 30)) / 1000.0)
+    return delay * (0.5 + random.random() / 2)
+
+
+def put_resolved(store: ObjectStore, key: str, data: bytes, *, retries: int,
+                 base_delay_ms: int, what: str) -> bool:
+    """Put-if-absent ``data`` at ``key`` and know the outcome.
+
+    Returns ``True`` when ``key`` holds ``data`` because of this call (the PUT
+    succeeded, or an earlier attempt of it whose response was lost landed) and
+    ``False`` when ``key`` holds someone else's object. Every collision is read
+    back, so a lost acknowledgement is never mistaken for another writer. A
+    failed attempt is retried at the same key with the same bytes, at most
+    ``retries`` times; when the outcome is still unknowable
+    :class:`OutcomeUnknown` is raised (the caller must stop: poison, reopen).
+    ``what`` names the write in errors (shard, position, file).
+    """
+    failures = 0
+    while True:
+        try:
+            store.put_if_absent(key, data)
+            return True
+        except FileExistsError:
+            try:
+                return store.get(key) == data
+            except FileNotFoundError:
+                continue  # removed between the two calls: try to create it again
+            except Exception as exc:  # noqa: BLE001 - any failure here leaves us blind
+                raise OutcomeUnknown(
+                    f"{what}: {store.describe(key)} exists but could not be read back to "
+                    f"tell whether it is ours ({exc})"
+                ) from exc
+        except (TransientStoreError, OSError) as exc:
+            failures += 1
+            if failures > retries:
+                raise OutcomeUnknown(
+                    f"{what}: writing {store.describe(key)} failed {failures} time(s) and may "
+                    f"or may not have landed (last error: {exc})"
+                ) from exc
+            time.sleep(backoff_delay(failures, base_delay_ms))
 
 
 def _dir_prefix(prefix: str) -> str:

@@ -13,14 +13,14 @@ exist), which is what lets the tailer find the tip with a galloping search.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .errors import Fenced, TransientStoreError, WriterPoisoned
+from . import hooks
+from .errors import Fenced, OutcomeUnknown, WriterPoisoned
 from .format import (
     MEM_WAL_DIR,
     WalEntry,
@@ -31,9 +31,14 @@ from .format import (
     wal_key,
 )
 from .manifest import ManifestStore
-from .store import ObjectStore
+from .store import ObjectStore, put_resolved
 
 log = logging.getLogger(__name__)
+
+# Lance's appender limits: give up after this many consecutive position
+# conflicts, and re-discover the tip every TIP_REFRESH_EVERY of them.
+MAX_POSITION_CONFLICTS = 1024
+TIP_REFRESH_EVERY = 16
 
 
 def first_missing(exists: Callable[[int], bool], start: int) -> int:
@@ -87,7 +92,8 @@ class WalAppender:
         retry_base_delay_ms: int = 50,
     ):
         self.store = store
-        self.manifests = ManifestStore(store, shard_id)
+        self.manifests = ManifestStore(store, shard_id, retries=max_retries,
+                                       retry_base_delay_ms=retry_base_delay_ms)
         self.shard_id = self.manifests.shard_id
         self.epoch = epoch
         self.next_position = next_position
@@ -113,17 +119,26 @@ class WalAppender:
 
         This writes: a new manifest version, and from epoch 2 on a fence
         sentinel entry at the tip. Like Lance's own writer, the sentinel has an
-        empty schema; ``schema`` is accepted for symmetry and ignored.
+        empty schema; ``schema`` is accepted for symmetry and ignored. Once the
+        start position and sentinel are fixed the fence is checked again, as
+        Lance does: a writer that stalled between its claim and the tip while a
+        newer epoch claimed, wrote and closed fails here with :class:`Fenced`
+        instead of appending above the newer epoch's sentinel.
         """
-        manifests = ManifestStore(store, shard_id)
+        manifests = ManifestStore(store, shard_id, retries=max_retries,
+                                  retry_base_delay_ms=retry_base_delay_ms)
         m = manifests.claim_epoch(create=create)
         seed = max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1
         tip = find_tip(store, manifests.shard_id, seed)
+        hooks.point("open.tip", shard=manifests.shard_id, epoch=m.writer_epoch, tip=tip)
         appender = cls(store, manifests.shard_id, m.writer_epoch, tip,
                        max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms)
         if m.writer_epoch >= 2:
             res = appender._append_bytes(encode_sentinel(m.writer_epoch))
             appender.sentinel_position = res.position
+            hooks.point("open.sentinel", shard=manifests.shard_id, epoch=m.writer_epoch,
+                        position=res.position)
+        appender._check_fence()
         return appender
 
     def append(
@@ -140,53 +155,62 @@ class WalAppender:
         self.last_position = res.position
         return res
 
+    def _fail(self, exc: Exception) -> Exception:
+        """Make ``exc`` terminal: every later call raises it again."""
+        if self._error is None:
+            self._error = exc
+        return self._error
+
+    def _poison(self, why: str) -> WriterPoisoned:
+        return self._fail(WriterPoisoned(
+            f"shard {self.shard_id} epoch {self.epoch}: {why}; no acknowledged row is lost: "
+            "reopen the writer (it claims a new epoch) and write the unacknowledged rows again"))
+
+    def _check_fence(self) -> None:
+        """Raise :class:`Fenced` if a newer epoch holds the shard; poison if we cannot tell."""
+        try:
+            self.manifests.check_fenced(self.epoch)
+        except Fenced as exc:
+            raise self._fail(exc) from None
+        except Exception as exc:  # noqa: BLE001 - an unknowable fence is a poisoned writer
+            raise self._poison(
+                f"could not read the shard manifest to check the fence ({exc})") from exc
+
     def _append_bytes(self, data: bytes) -> AppendResult:
         if self._error is not None:
             raise self._error
-        failures = 0
-        uncertain = False  # a PUT at this position failed in a way that may have landed
+        conflicts = 0
         while True:
             pos = self.next_position
-            key = wal_key(self.shard_id, pos)
+            hooks.point("append.before", shard=self.shard_id, epoch=self.epoch, position=pos)
             t0 = time.perf_counter()
             try:
-                self.store.put_if_absent(key, data)
-            except FileExistsError:
-                if uncertain and self._is_ours(key, data):
-                    break
-                try:
-                    self.manifests.check_fenced(self.epoch)
-                except Fenced as exc:
-                    self._error = exc
-                    raise
-                # An older writer's in-flight entry took this slot: skip it.
-                log.info("shard %s: position %d taken by another writer, moving on",
-                         self.shard_id, pos)
+                ours = put_resolved(
+                    self.store, wal_key(self.shard_id, pos), data, retries=self.max_retries,
+                    base_delay_ms=self.retry_base_delay_ms,
+                    what=f"shard {self.shard_id} epoch {self.epoch} WAL position {pos}")
+            except OutcomeUnknown as exc:
+                raise self._poison(f"the WAL append at position {pos} has an unknowable "
+                                   f"outcome ({exc})") from exc
+            except Exception as exc:  # noqa: BLE001 - auth, missing bucket...: stop for good
+                raise self._fail(exc) from None
+            if ours:
+                break
+            # Another writer's entry holds this slot: a newer epoch fences us,
+            # an older one's in-flight entry is skipped (it is below our entries).
+            self._check_fence()
+            conflicts += 1
+            log.info("shard %s: WAL position %d taken by another writer, moving on",
+                     self.shard_id, pos)
+            if conflicts >= MAX_POSITION_CONFLICTS:
+                raise self._poison(f"{conflicts} consecutive WAL position conflicts")
+            if conflicts % TIP_REFRESH_EVERY == 0:
+                self.next_position = find_tip(self.store, self.shard_id, pos + 1)
+            else:
                 self.next_position = pos + 1
-                uncertain = False
-                continue
-            except (TransientStoreError, OSError) as exc:
-                failures += 1
-                uncertain = True
-                if failures > self.max_retries:
-                    self._error = WriterPoisoned(
-                        f"shard {self.shard_id} epoch {self.epoch}: WAL append at position {pos} "
-                        f"failed {failures} times and may or may not have landed ({exc}); "
-                        "reopen the writer to recover"
-                    )
-                    raise self._error from exc
-                delay = self.retry_base_delay_ms * (2 ** (failures - 1)) / 1000.0
-                time.sleep(delay * (0.5 + random.random()))  # backoff between retries
-                continue
-            break
+        hooks.point("append.after", shard=self.shard_id, epoch=self.epoch, position=pos)
         self.next_position = pos + 1
         return AppendResult(pos, len(data), time.perf_counter() - t0)
-
-    def _is_ours(self, key: str, data: bytes) -> bool:
-        try:
-            return self.store.get(key) == data
-        except FileNotFoundError:
-            return False
 
 
 class WalTailer:

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ..commit import Txn
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
 from ..native import check_native_config
@@ -30,6 +31,9 @@ WRITE_OPTIONS = {
     "num_shards": "map Spark partitions onto this many shards (default: one per partition)",
     "query_id": "streaming: the stream's identity for exactly-once commits (default: derived "
                 "from checkpointLocation)",
+    "txnappid": "batch idempotency key, with txnVersion (as Delta's): a job re-run with the "
+                "same key and a version not above the last committed one commits nothing",
+    "txnversion": "batch idempotency version (a non-negative integer), with txnAppId",
 }
 READ_OPTIONS = {
     "path": WRITE_OPTIONS["path"],
@@ -102,6 +106,7 @@ class WriteOptions:
     num_shards: int | None
     config: ShardWriterConfig
     storage: dict[str, str] = field(repr=False)
+    txn: Txn | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -124,7 +129,7 @@ class WriteOptions:
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,
                    create_table=parse_bool("create_table", opts.get("create_table", "true")),
                    num_shards=_positive_int(opts, "num_shards"), config=config,
-                   storage=storage_options(opts))
+                   storage=storage_options(opts), txn=_txn(opts))
 
     def shard_for(self, partition_id: int) -> str:
         """The deterministic shard of a Spark partition in this writer group."""
@@ -136,6 +141,23 @@ class WriteOptions:
         return (f"path={self.path} writer_group={self.writer_group} "
                 f"enable_memtable={self.config.enable_memtable} "
                 f"storage={redact(self.storage)}")
+
+
+def _txn(options: Mapping[str, str]) -> Txn | None:
+    app_id, version = options.get("txnappid"), options.get("txnversion")
+    if app_id is None and version is None:
+        return None
+    if not app_id or version is None:
+        raise ConfigError("options 'txnAppId' and 'txnVersion' go together: set both (an "
+                          f"application id and a version), got txnAppId={app_id!r} "
+                          f"txnVersion={version!r}")
+    try:
+        number = int(version)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ConfigError(f"option 'txnVersion' must be a non-negative integer, got '{version}'")
+    return Txn(app_id, number)
 
 
 def _positions(options: Mapping[str, str], name: str, keyword: str) -> dict[str, int] | None:

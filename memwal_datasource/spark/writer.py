@@ -20,7 +20,15 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..commit import APPEND, OVERWRITE, CommitLog, CommitRecord, CommittedRange
+from ..commit import (
+    APPEND,
+    OVERWRITE,
+    CommitLog,
+    CommitRecord,
+    CommittedRange,
+    Txn,
+    stream_app_id,
+)
 from ..store import open_store
 from ..writer import open_shard_writer
 from .options import WriteOptions
@@ -109,18 +117,32 @@ def write_task(opts: WriteOptions, schema: pa.Schema,
 
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
                query_id: str | None = None, batch_id: int | None = None,
-               commit_log: CommitLog | None = None) -> CommitRecord:
-    """Write the job's one commit record and log a summary line."""
+               txn: Txn | None = None) -> CommitRecord | None:
+    """Write the job's one commit record and log a summary line.
+
+    With ``txn`` (an idempotency key) a job whose key is already committed
+    writes nothing and returns the earlier record. A micro-batch that wrote no
+    rows writes no record and returns ``None``.
+    """
     _ensure_visible_logging()
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     ranges = [r for r in (m.committed_range() for m in msgs) if r is not None]
-    log_ = commit_log or CommitLog(open_store(opts.path, opts.storage))
-    rec = log_.append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
-                      query_id=query_id, batch_id=batch_id)
+    label = f"{kind}{f' batch {batch_id}' if batch_id is not None else ''}"
+    if query_id is not None and not ranges and kind == APPEND:
+        log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)
+        return None
+    log_ = CommitLog(open_store(opts.path, opts.storage))
+    result = log_.append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
+                         query_id=query_id, batch_id=batch_id, txn=txn)
+    rec = result.record
+    if not result.created:
+        log.warning("memwal %s: idempotency key %s version %d is already committed as record "
+                    "%d (job %s); this run's rows are not committed again", label, txn.app_id,
+                    txn.version, rec.sequence, rec.job_id)
+        return rec
     log.info(
-        "memwal commit %d (%s%s): %d tasks, %d rows, %d bytes, %d WAL entries, %.2fs wall, %s",
-        rec.sequence, kind, f" batch {batch_id}" if batch_id is not None else "", len(msgs),
-        sum(m.rows for m in msgs), sum(m.bytes for m in msgs),
+        "memwal commit %d (%s): %d tasks, %d rows, %d bytes, %d WAL entries, %.2fs wall, %s",
+        rec.sequence, label, len(msgs), sum(m.rows for m in msgs), sum(m.bytes for m in msgs),
         sum(m.wal_entries for m in msgs), time.time() - started, opts.describe())
     return rec
 
@@ -141,7 +163,7 @@ class MemWalBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
-                                      self.job_id, self.started)
+                                      self.job_id, self.started, txn=self.opts.txn)
 
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
@@ -161,18 +183,17 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         self.schema = schema
         self.overwrite = overwrite
         self.query_id = query_id
+        self.started = time.time()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return write_task(self.opts, self.schema, iterator)
 
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
-        log_ = CommitLog(open_store(self.opts.path, self.opts.storage))
-        if log_.find_stream_batch(self.query_id, batchId) is not None:
-            log.info("memwal stream %s batch %d already committed; skipping", self.query_id,
-                     batchId)
-            return
-        commit_job(self.opts, messages, APPEND, f"{self.query_id}:{batchId}", time.time(),
-                   query_id=self.query_id, batch_id=batchId, commit_log=log_)
+        # The key makes a batch Spark replays after a crash (or a record whose
+        # acknowledgement was lost) commit once, checked against the whole log.
+        commit_job(self.opts, messages, APPEND, f"{self.query_id}:{batchId}", self.started,
+                   query_id=self.query_id, batch_id=batchId,
+                   txn=Txn(stream_app_id(self.query_id), batchId))
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         log.warning("memwal stream %s batch %d aborted; nothing committed", self.query_id,

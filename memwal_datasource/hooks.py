@@ -1,0 +1,74 @@
+"""Named points in the write protocol where tests pause or kill a process.
+
+Production code calls :func:`point` at each step that matters for fencing
+(after a claim, after tip discovery, after a sentinel, before and after a WAL
+PUT, before a commit record). With nothing registered it costs one dict
+lookup. Tests register callables with :func:`register` to pause a writer on an
+``threading.Event`` (never a sleep), or set ``MEMWAL_KILL_AT=name[:n]`` in a
+child process to have it ``SIGKILL`` itself on the n-th time it reaches
+``name``.
+
+Points (keyword arguments passed to hooks):
+
+* ``claim.written`` (shard, epoch, version): a claim's manifest version landed.
+* ``open.tip`` (shard, epoch, tip): the appender found the WAL tip.
+* ``open.sentinel`` (shard, epoch, position): the fence sentinel landed.
+* ``append.before`` / ``append.after`` (shard, epoch, position): around a WAL PUT.
+* ``writer.closed`` (shard, epoch): a writer flushed everything at close.
+* ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+_hooks: dict[str, list[Callable[..., None]]] = {}
+_lock = threading.Lock()
+_counts: dict[str, int] = {}
+
+
+def _kill_spec() -> tuple[str, int] | None:
+    raw = os.environ.get("MEMWAL_KILL_AT")
+    if not raw:
+        return None
+    name, _, nth = raw.partition(":")
+    return name, int(nth or 1)
+
+
+_KILL_AT = _kill_spec()
+
+
+def point(name: str, **context: object) -> None:
+    """Run the hooks registered at ``name`` (and the kill switch, if armed)."""
+    if _KILL_AT is not None and _KILL_AT[0] == name:
+        with _lock:
+            _counts[name] = _counts.get(name, 0) + 1
+            hit = _counts[name] == _KILL_AT[1]
+        if hit:
+            os.kill(os.getpid(), signal.SIGKILL)
+    callbacks = _hooks.get(name)
+    if callbacks:
+        for callback in list(callbacks):
+            callback(**context)
+
+
+def register(name: str, callback: Callable[..., None]) -> Callable[[], None]:
+    """Call ``callback(**context)`` at ``name``; returns a function that unregisters it."""
+    with _lock:
+        _hooks.setdefault(name, []).append(callback)
+
+    def remove() -> None:
+        with _lock:
+            if callback in _hooks.get(name, []):
+                _hooks[name].remove(callback)
+
+    return remove
+
+
+def clear() -> None:
+    """Remove every registered hook (tests call this between cases)."""
+    with _lock:
+        _hooks.clear()
