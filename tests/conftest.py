@@ -103,3 +103,32 @@ def spark_location(backend, request, tmp_path):
         return str(tmp_path / "t.lance"), {}
     uri, opts = request.getfixturevalue("s3_table")
     return uri, {f"storage.{k}": v for k, v in opts.items()}
+
+
+@pytest.fixture
+def fault_proxy(s3_server):
+    """A fault-injecting proxy (``tests.fault_proxy``) on 127.0.0.1 in front of ``s3_server``.
+
+    Function-scoped: every test starts with no rules and an empty request log; held
+    requests are released when the test ends. ``fault_proxy.endpoint`` is its URL.
+    """
+    from tests.fault_proxy import FaultProxy
+
+    with FaultProxy(s3_server.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied_s3(s3_server, fault_proxy):
+    """``s3_server`` as seen through ``fault_proxy``: its ``client()`` and
+    ``storage_options()`` use the proxy endpoint (same credentials, same buckets)."""
+    import dataclasses
+
+    return dataclasses.replace(s3_server, endpoint=fault_proxy.endpoint, _proc=None,
+                               _container=None)
+
+
+@pytest.fixture
+def proxied_s3_table(proxied_s3, s3_bucket):
+    """Like ``s3_table`` (bucket ``memwal-tests``, fresh prefix) but through ``fault_proxy``."""
+    return f"s3://{s3_bucket}/{uuid.uuid4().hex}/t.lance", proxied_s3.storage_options()
