@@ -56,26 +56,37 @@ class DelegatingStore(ObjectStore):
 
 
 class FlakyStore(DelegatingStore):
-    """Wraps a real store; the next ``fail_puts`` WAL put_if_absent calls fail.
+    """Wraps a real store; the next ``fail_puts`` put_if_absent calls on keys
+    containing ``match`` fail (default: WAL entries).
 
     With ``land=True`` the failing call still writes the object first (the
     response was lost), which is the ambiguous case a writer must resolve.
+    ``fail_gets`` makes the next reads of matching keys fail too.
     """
 
-    def __init__(self, inner: ObjectStore, fail_puts: int = 0, land: bool = False):
+    def __init__(self, inner: ObjectStore, fail_puts: int = 0, land: bool = False,
+                 match: str = "/wal/", fail_gets: int = 0):
         super().__init__(inner)
         self.fail_puts = fail_puts
         self.land = land
+        self.match = match
+        self.fail_gets = fail_gets
         self.put_calls = 0
 
     def put_if_absent(self, key, data):
         self.put_calls += 1
-        if self.fail_puts > 0 and "/wal/" in key:
+        if self.fail_puts > 0 and self.match in key:
             self.fail_puts -= 1
             if self.land:
                 self.inner.put_if_absent(key, data)
             raise TransientStoreError(f"injected failure writing {key}")
         self.inner.put_if_absent(key, data)
+
+    def get(self, key):
+        if self.fail_gets > 0 and self.match in key:
+            self.fail_gets -= 1
+            raise TransientStoreError(f"injected failure reading {key}")
+        return self.inner.get(key)
 
 
 def wal_rows(store: ObjectStore, shard: str) -> list[int]:
