@@ -37,6 +37,22 @@ _NOT_SETTABLE = ("max_wal_persist_retries", "wal_persist_retry_base_delay_ms",
 _FENCED = re.compile(r"local epoch (\d+) < stored epoch (\d+)")
 
 
+def native_storage_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """pylance's options for the writer, with object_store's own retries off by default.
+
+    object_store retries a conditional PUT whose response was lost; the retry
+    gets 412 and pylance's writer takes its own entry for a rival's and writes
+    it again at the next position: the WAL then holds those rows twice and
+    the writer reports success. With retries off, pylance sees the failure,
+    finds the position taken and stops with "persistence failure ... reopen",
+    which we raise as :class:`WriterPoisoned`: nothing is committed twice.
+    A user who sets ``client_max_retries`` explicitly keeps their value.
+    """
+    opts = lance_storage_options(storage_options)
+    opts.setdefault("client_max_retries", "0")
+    return opts
+
+
 def check_native_config(config: ShardWriterConfig) -> None:
     """Refuse settings pylance's native writer cannot honour, naming the field."""
     default = ShardWriterConfig()
@@ -143,7 +159,7 @@ class NativeShardWriter(ShardWriter):
         check_native_config(config)
         store = open_store(uri, storage_options)
         try:
-            ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
+            ds = lance.dataset(uri, storage_options=native_storage_options(storage_options))
         except (OSError, ValueError) as exc:
             raise MemWalError(
                 f"MemTable mode needs an existing Lance table with a MemWAL at {uri}: {exc}"
