@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from . import hooks
 from .config import ShardWriterConfig
 from .errors import ConfigError, MemWalError
 from .format import encode_wal_entry
@@ -259,6 +260,7 @@ class WalOnlyShardWriter(ShardWriter):
         self._join()
         with self._cond:
             self._raise_if_failed()
+        hooks.point("writer.closed", shard=self.shard_id, epoch=self.epoch)
 
     def abort(self) -> None:
         with self._cond:
