@@ -89,6 +89,32 @@ class FlakyStore(DelegatingStore):
         return self.inner.get(key)
 
 
+class RandomFaultStore(DelegatingStore):
+    """Seeded random lost acknowledgements on WAL and manifest writes.
+
+    With ``probability`` a conditional write fails: half the time after it
+    landed (the response was lost), half the time before.
+    """
+
+    def __init__(self, inner: ObjectStore, seed: int, probability: float):
+        super().__init__(inner)
+        import random
+        import threading
+
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.probability = probability
+
+    def put_if_absent(self, key, data):
+        with self._lock:
+            roll, land = self._rng.random(), self._rng.random() < 0.5
+        if roll < self.probability and ("/wal/" in key or "/manifest/" in key):
+            if land:
+                self.inner.put_if_absent(key, data)
+            raise TransientStoreError(f"injected {'lost response' if land else 'failure'}")
+        self.inner.put_if_absent(key, data)
+
+
 def wal_rows(store: ObjectStore, shard: str) -> list[int]:
     """Every id in the shard's WAL, in WAL order (sentinels skipped)."""
     out: list[int] = []

@@ -37,3 +37,40 @@ def open_and_append(uri, opts, shard, barrier, entries):
             break
     return {"epoch": app.epoch, "positions": positions, "sentinel": app.sentinel_position,
             "fenced": fenced}
+
+
+def random_rounds(uri, opts, shard, seed, barrier, rounds=3):
+    """Seeded rounds of open-and-append under random lost acknowledgements.
+
+    Returns ``{"opens": [epoch...], "acked": [(epoch, position, first_id)...]}``: every
+    epoch this worker opened with and every append it saw acknowledged.
+    """
+    from tests.helpers import RandomFaultStore
+
+    store = RandomFaultStore(open_store(uri, opts), seed=seed, probability=0.15)
+    barrier.wait()
+    return run_rounds(store, shard, seed, rounds)
+
+
+def run_rounds(store, shard, seed, rounds):
+    """The body of :func:`random_rounds`, also run in threads."""
+    import random
+
+    from memwal_datasource.errors import WriterPoisoned
+
+    rng = random.Random(seed)
+    out = {"opens": [], "acked": []}
+    for r in range(rounds):
+        try:
+            app = WalAppender.open(store, shard, schema=SCHEMA, retry_base_delay_ms=1)
+        except (Fenced, WriterPoisoned):
+            continue
+        out["opens"].append(app.epoch)
+        for j in range(rng.randint(1, 4)):
+            first = seed * 100_000 + r * 100 + j * 10
+            try:
+                res = app.append(SCHEMA, [make_batch(first, 2)])
+            except (Fenced, WriterPoisoned):
+                break
+            out["acked"].append((app.epoch, res.position, first))
+    return out
