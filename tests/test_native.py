@@ -233,3 +233,78 @@ def test_crash_memtable_mode_replays_every_acknowledged_row(table, tmp_path):
     # The replaying open above claimed epoch 2; ours is next.
     with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w:
         assert w.epoch == 3
+
+
+@native_backends
+def test_zombie_held_before_its_tip_is_fenced_after_a_native_writer(table):
+    """Our writer stalls between claim and tip; pylance's writer claims, writes, closes."""
+    import threading
+
+    import lance
+    import pyarrow as pa
+
+    from memwal_datasource import hooks
+    from memwal_datasource.wal import WalAppender
+
+    uri, opts = table
+    shard = new_shard()
+    store = open_store(uri, opts)
+    held, release = threading.Event(), threading.Event()
+
+    def hold(shard, epoch, version):
+        held.set()
+        assert release.wait(30)
+
+    remove = hooks.register("claim.written", hold)
+    outcome: dict = {}
+
+    def run_zombie():
+        try:
+            outcome["z"] = WalAppender.open(store, shard)
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            outcome["z"] = exc
+
+    try:
+        zombie = threading.Thread(target=run_zombie)
+        zombie.start()
+        assert held.wait(30)
+        remove()
+        ds = lance.dataset(uri, storage_options=lance_storage_options(opts))
+        with ds.mem_wal_writer(shard, max_wal_flush_interval_ms=10) as native:
+            native.put(pa.Table.from_batches([make_batch(0, 3)]))
+        release.set()
+        zombie.join(30)
+    finally:
+        release.set()
+        hooks.clear()
+    assert isinstance(outcome["z"], Fenced) and outcome["z"].stored_epoch == 2
+    assert [e for e in wal_entries(store, shard) if e[1] == 1 and not e[3]] == []
+
+
+@native_backends
+def test_native_epoch_is_the_one_it_claimed_not_the_latest(table):
+    """A claim that lands during the native open makes the epoch unknowable: refuse it."""
+    from memwal_datasource import hooks
+    from memwal_datasource.errors import WriterPoisoned
+    from memwal_datasource.native import claimed_epoch
+
+    uri, opts = table
+    shard = new_shard()
+    with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w:
+        assert w.epoch == 1
+    ms = ManifestStore(open_store(uri, opts), shard)
+    before = ms.latest()
+
+    class Native:
+        closed = False
+
+        def close(self):
+            Native.closed = True
+
+    ms.claim_epoch()  # the native open's claim (epoch 2) ...
+    assert claimed_epoch(ms, before.version, before.writer_epoch, Native()) == 2
+    ms.claim_epoch()  # ... and a rival's claim (epoch 3) during the same open
+    with pytest.raises(WriterPoisoned, match=r"\[2, 3\] were claimed"):
+        claimed_epoch(ms, before.version, before.writer_epoch, Native())
+    assert Native.closed
+    hooks.clear()
