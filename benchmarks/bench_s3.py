@@ -35,7 +35,7 @@ def _server_version(server) -> str:
     if server.backend != "seaweedfs":
         return server.backend
     try:
-        from tests.s3_server import weed_binary
+        from tests.s3_server import _weed_binary as weed_binary
 
         out = subprocess.run([str(weed_binary()), "version"], capture_output=True, text=True,
                              timeout=10).stdout.strip()

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import bench_replay, bench_s3, bench_spark, bench_writer
+from . import bench_replay, bench_s3, bench_s3_client, bench_spark, bench_writer
 from .common import (
     RESULTS_DIR,
     BenchContext,
@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, Bench] = {
     "peak_rss": (bench_writer.bench_peak_rss, bench_writer.plot_peak_rss),
     "s3_conditional_put": (bench_s3.bench_s3_conditional_put,
                            bench_s3.plot_s3_conditional_put),
+    "s3_client_cpu": (bench_s3_client.bench_s3_client_cpu, bench_s3_client.plot_s3_client_cpu),
     "replay": (bench_replay.bench_replay, bench_replay.plot_replay),
     "spark_write": (bench_spark.bench_spark_write, bench_spark.plot_spark_write),
     "tail_read": (bench_spark.bench_tail_read, bench_spark.plot_tail_read),
