@@ -10,6 +10,19 @@ concurrent jobs serialise and a record is either wholly there or absent.
 Readers in ``read_committed`` mode see exactly the entries the records list:
 entries from failed, fenced or speculative attempts are never listed, so they
 never show. An ``overwrite`` record hides every record before it.
+
+Checkpoints keep reading cheap as the log grows (like Delta's): a checkpoint
+at ``_memwal_commits/_checkpoints/{S}.json`` holds records ``1..S`` folded
+(the visible ranges and the idempotency keys), so a reader replays only the
+records after the latest one. ``_memwal_commits/_last_checkpoint.json`` is a
+hint to it; a missing or stale hint costs a LIST, never correctness.
+
+Contract for a future garbage collector: delete records in ascending order,
+only below a checkpoint ``C`` (never record ``C`` itself), and keep the
+latest checkpoint. Then "record ``n - 1`` is stored and ``n`` is not" means
+``n`` is the tip, which is how readers and writers notice that records they
+relied on were collected (and move to the newer checkpoint) instead of
+reusing a sequence number or missing commits.
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import hooks
 from .errors import CorruptEntryError, MemWalError
@@ -29,7 +42,11 @@ from .wal import first_missing
 log = logging.getLogger(__name__)
 
 COMMITS_DIR = "_memwal_commits"
+CHECKPOINTS_DIR = f"{COMMITS_DIR}/_checkpoints"
+LAST_CHECKPOINT_KEY = f"{COMMITS_DIR}/_last_checkpoint.json"
 RECORD_FORMAT = 1
+CHECKPOINT_FORMAT = 1
+MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
 APPEND = "append"
 OVERWRITE = "overwrite"
 
@@ -37,6 +54,11 @@ OVERWRITE = "overwrite"
 def record_key(sequence: int) -> str:
     """Key of commit record ``sequence`` (1-based, zero-padded so listings sort)."""
     return f"{COMMITS_DIR}/{sequence:020d}.json"
+
+
+def checkpoint_key(sequence: int) -> str:
+    """Key of the checkpoint that folds records ``1..sequence``."""
+    return f"{CHECKPOINTS_DIR}/{sequence:020d}.json"
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,14 @@ class CommittedRange:
     task: int | None = None
     attempt: int | None = None
     sstables: tuple[str, ...] = ()
+
+
+def _range_to_dict(r: CommittedRange) -> dict:
+    return dict(asdict(r), sstables=list(r.sstables))
+
+
+def _range_from_dict(d: dict) -> CommittedRange:
+    return CommittedRange(**dict(d, sstables=tuple(d.get("sstables", ()))))
 
 
 @dataclass
@@ -74,7 +104,7 @@ class CommitRecord:
         """The record's storage form."""
         body = asdict(self)
         body["format"] = RECORD_FORMAT
-        body["ranges"] = [dict(asdict(r), sstables=list(r.sstables)) for r in self.ranges]
+        body["ranges"] = [_range_to_dict(r) for r in self.ranges]
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
@@ -87,8 +117,7 @@ class CommitRecord:
                     f"commit record {where} has format {body['format']}; this version of "
                     f"memwal_datasource reads up to {RECORD_FORMAT}: upgrade it"
                 )
-            ranges = [CommittedRange(**dict(r, sstables=tuple(r.get("sstables", ()))))
-                      for r in body["ranges"]]
+            ranges = [_range_from_dict(r) for r in body["ranges"]]
             return cls(sequence=int(body["sequence"]), kind=body["kind"], job_id=body["job_id"],
                        ranges=ranges, created_ms=int(body.get("created_ms", 0)),
                        writer_group=body.get("writer_group", ""),
@@ -126,31 +155,123 @@ class CommitResult:
     created: bool
 
 
+@dataclass
+class Checkpoint:
+    """Records ``1..sequence`` folded: what a reader needs without replaying them."""
+
+    sequence: int = 0
+    visible: list[CommittedRange] = field(default_factory=list)  # since the last overwrite
+    txn: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # app: version, seq, job
+    records: int = 0
+    last_overwrite: int | None = None
+    created_ms: int = 0
+
+    def fold(self, rec: CommitRecord) -> None:
+        """Apply the next record, ``sequence + 1``."""
+        self.sequence += 1
+        self.records += 1
+        if rec.kind == OVERWRITE:
+            self.visible = []
+            self.last_overwrite = self.sequence
+        self.visible.extend(rec.ranges)
+        if rec.txn_app_id is not None and rec.txn_version is not None:
+            prior = self.txn.get(rec.txn_app_id)
+            if prior is None or rec.txn_version >= prior[0]:
+                self.txn[rec.txn_app_id] = (rec.txn_version, self.sequence, rec.job_id)
+
+    def copy(self) -> Checkpoint:
+        """A copy that folding does not share."""
+        return replace(self, visible=list(self.visible), txn=dict(self.txn))
+
+    def state(self) -> tuple:
+        """What two checkpoints of the same records agree on (``created_ms`` aside)."""
+        return self.sequence, self.visible, self.txn, self.records, self.last_overwrite
+
+    def to_json(self) -> bytes:
+        """The checkpoint's storage form."""
+        return json.dumps({
+            "format": CHECKPOINT_FORMAT, "sequence": self.sequence,
+            "created_ms": self.created_ms, "records": self.records,
+            "last_overwrite": self.last_overwrite,
+            "visible": [_range_to_dict(r) for r in self.visible],
+            "txn": {app: list(v) for app, v in self.txn.items()},
+        }, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str, sequence: int) -> Checkpoint:
+        """Parse the checkpoint stored as ``sequence``; errors name ``where``."""
+        try:
+            body = json.loads(data)
+            if body.get("format", 1) > CHECKPOINT_FORMAT:
+                raise MemWalError(
+                    f"commit checkpoint {where} has format {body['format']}; this version of "
+                    f"memwal_datasource reads up to {CHECKPOINT_FORMAT}: upgrade it")
+            last = body["last_overwrite"]
+            ck = cls(sequence=int(body["sequence"]),
+                     visible=[_range_from_dict(r) for r in body["visible"]],
+                     txn={str(app): (int(v[0]), int(v[1]), str(v[2]) if len(v) > 2 else "")
+                          for app, v in body["txn"].items()},
+                     records=int(body["records"]),
+                     last_overwrite=None if last is None else int(last),
+                     created_ms=int(body.get("created_ms", 0)))
+        except MemWalError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise CorruptEntryError(f"commit checkpoint {where} is corrupt: {exc}") from None
+        if ck.sequence != sequence:
+            raise CorruptEntryError(f"commit checkpoint {where} says it folds records "
+                                    f"1..{ck.sequence}, but its name says 1..{sequence}")
+        return ck
+
+
 class CommitLog:
     """Append and read commit records of one table.
 
     Appending is serialisable: a record is written put-if-absent at the first
-    free sequence number, after every record below it has been read, so an
+    free sequence number, after every record below it has been folded, so an
     idempotency key is checked against the complete history that precedes it.
     A collision is read back (a lost acknowledgement is ours, not a rival's)
     and the rival's record is checked before moving on.
+
+    Reads start from the latest checkpoint, so they cost O(records since it).
+    Every ``checkpoint_interval``-th record's appender writes one (``None``: never).
     """
 
-    def __init__(self, store: ObjectStore, *, retries: int = 3, retry_base_delay_ms: int = 50):
+    def __init__(self, store: ObjectStore, *, retries: int = 3, retry_base_delay_ms: int = 50,
+                 checkpoint_interval: int | None = 100):
         self.store = store
         self.retries = retries
         self.retry_base_delay_ms = retry_base_delay_ms
+        self.checkpoint_interval = checkpoint_interval
         self._cache: dict[int, CommitRecord] = {}
-        self._txn: dict[str, tuple[int, int]] = {}  # app id -> (version, sequence)
-        self._txn_scanned = 0  # records 1..this have been folded into _txn
+        self._ckpt: Checkpoint | None = None  # the newest checkpoint seen
+        self._ckpt_looked = False
+        self._state: Checkpoint | None = None  # our own fold: records 1..sequence
+
+    # --- reading records -------------------------------------------------------------
 
     def _exists(self, sequence: int) -> bool:
         return sequence in self._cache or self.store.exists(record_key(sequence))
 
-    def next_sequence(self) -> int:
-        """The first unused sequence number."""
-        start = max(self._cache) if self._cache else 1
-        return first_missing(self._exists, start)
+    def _fetch(self, sequence: int) -> tuple[CommitRecord | None, bool]:
+        """Record ``sequence`` or ``None`` if absent, and whether the store was asked.
+
+        One GET, not HEAD + GET: a missing key is simply the end of the log.
+        """
+        rec = self._cache.get(sequence)
+        if rec is not None:
+            return rec, False
+        key = record_key(sequence)
+        try:
+            data = self.store.get(key)
+        except FileNotFoundError:
+            return None, True
+        rec = self._cache[sequence] = CommitRecord.from_json(data, self.store.describe(key))
+        return rec, True
+
+    def _collected(self, sequence: int) -> bool:
+        """Record ``sequence``, which we relied on, is no longer stored (a collector ran)."""
+        return sequence >= 1 and not self.store.exists(record_key(sequence))
 
     def read(self, sequence: int) -> CommitRecord:
         """Read one record (records are immutable, so they are cached)."""
@@ -162,29 +283,215 @@ class CommitLog:
         return rec
 
     def records(self, after: int = 0) -> Iterator[CommitRecord]:
-        """Every record with a sequence above ``after``, in order."""
-        seq = after + 1
-        while self._exists(seq):
-            yield self.read(seq)
-            seq += 1
+        """Every record with a sequence above ``after``, in order.
 
-    def _fold_txn(self, upto: int) -> None:
-        """Fold records ``1..upto`` into the idempotency-key index."""
-        for seq in range(self._txn_scanned + 1, upto + 1):
-            rec = self.read(seq)
-            if rec.txn_app_id is not None and rec.txn_version is not None:
-                prior = self._txn.get(rec.txn_app_id)
-                if prior is None or rec.txn_version >= prior[0]:
-                    self._txn[rec.txn_app_id] = (rec.txn_version, seq)
-            self._txn_scanned = seq
+        Raises when records after ``after`` were garbage-collected below a
+        checkpoint (a stream that far behind must restart), rather than stopping.
+        """
+        seq, fresh = after + 1, False
+        while True:
+            rec, asked = self._fetch(seq)
+            if rec is None:
+                break
+            yield rec
+            seq, fresh = seq + 1, asked
+        last = seq - 1
+        # The log ends at ``seq`` only if record ``last`` is still stored (see the
+        # module docstring); a cached or assumed one may have been collected since.
+        if last > after and fresh:
+            return
+        if last >= 1 and not self._collected(last):
+            return
+        if last == 0 and self.latest_checkpoint() is None:
+            return  # an empty log
+        ck = self._relist()
+        if ck is not None and ck.sequence > after:
+            raise MemWalError(
+                f"commit records before checkpoint {ck.sequence} of "
+                f"{self.store.describe(COMMITS_DIR)} were garbage-collected; records after "
+                f"{after} can no longer be replayed: restart the reader from a checkpoint")
+
+    # --- checkpoints -----------------------------------------------------------------
+
+    def latest_checkpoint(self, refresh: bool = False) -> Checkpoint | None:
+        """The newest checkpoint (looked up once, then cached; ``refresh`` looks again)."""
+        if refresh or not self._ckpt_looked:
+            self._adopt(self._find_checkpoint(use_hint=True))
+        return self._ckpt
+
+    def _adopt(self, ck: Checkpoint | None) -> None:
+        self._ckpt_looked = True
+        if ck is not None and (self._ckpt is None or ck.sequence > self._ckpt.sequence):
+            self._ckpt = ck
+
+    def _relist(self) -> Checkpoint | None:
+        """Find the newest checkpoint by LIST (the hint may be stale) and adopt it."""
+        self._adopt(self._find_checkpoint(use_hint=False))
+        return self._ckpt
+
+    def _chase(self, missing: int) -> None:
+        """Record ``missing`` was collected: move to the checkpoint that replaced it."""
+        ck = self._relist()
+        if ck is None or ck.sequence <= missing:
+            raise MemWalError(f"commit record {self.store.describe(record_key(missing))} is "
+                              "missing and no checkpoint covers it: the commit log is damaged")
+
+    def _read_checkpoint(self, sequence: int) -> Checkpoint | None:
+        key = checkpoint_key(sequence)
+        try:
+            data = self.store.get(key)
+        except FileNotFoundError:
+            return None
+        return Checkpoint.from_json(data, self.store.describe(key), sequence)
+
+    def _hinted(self) -> int | None:
+        try:
+            seq = int(json.loads(self.store.get(LAST_CHECKPOINT_KEY))["sequence"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unusable %s (%s): it is only a hint",
+                        self.store.describe(LAST_CHECKPOINT_KEY), exc)
+            return None
+        return seq if seq >= 1 else None
+
+    def _find_checkpoint(self, use_hint: bool) -> Checkpoint | None:
+        """The newest checkpoint: the hinted one, else the highest listed.
+
+        A damaged checkpoint raises (a silent full replay would hide it); only a
+        missing one makes us look further.
+        """
+        hint = self._hinted() if use_hint else None
+        best = self._read_checkpoint(hint) if hint is not None else None
+        if best is None:
+            for seq in sorted(self._checkpoint_sequences(), reverse=True):
+                best = self._read_checkpoint(seq)
+                if best is not None:
+                    return best
+            return None
+        # A hint can lag (its PUT is best effort): probe the next automatic ones.
+        while self.checkpoint_interval:
+            step = self.checkpoint_interval
+            newer = self._read_checkpoint((best.sequence // step + 1) * step)
+            if newer is None:
+                break
+            best = newer
+        return best
+
+    def _checkpoint_sequences(self) -> list[int]:
+        out = []
+        for key in self.store.list(CHECKPOINTS_DIR + "/"):
+            name = key.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(int(name[:-5]))
+        return out
+
+    def checkpoint(self) -> Checkpoint | None:
+        """Checkpoint every record so far (``None`` for an empty log)."""
+        state = self._fold_to_end()
+        return self._write_checkpoint(state) if state.sequence else None
+
+    def _write_checkpoint(self, state: Checkpoint) -> Checkpoint:
+        ck = replace(state.copy(), created_ms=int(time.time() * 1000))
+        key = checkpoint_key(ck.sequence)
+        if not put_resolved(self.store, key, ck.to_json(), retries=self.retries,
+                            base_delay_ms=self.retry_base_delay_ms,
+                            what=f"commit checkpoint {ck.sequence}"):
+            # A concurrent checkpointer folded the same immutable records: fine if
+            # its state agrees (its created_ms differs, so bytes cannot be compared).
+            theirs = self._read_checkpoint(ck.sequence)
+            if theirs is None or theirs.state() != ck.state():
+                raise CorruptEntryError(f"commit checkpoint {self.store.describe(key)} does "
+                                        f"not match records 1..{ck.sequence} it claims to fold")
+            ck = theirs
+        self._adopt(ck)
+        try:  # only a hint: readers LIST without it
+            hint = self._hinted()
+            if hint is None or hint < ck.sequence or not self.store.exists(checkpoint_key(hint)):
+                self.store.put(LAST_CHECKPOINT_KEY, json.dumps({"sequence": ck.sequence}).encode())
+        except Exception as exc:  # noqa: BLE001 - a lost hint costs readers one LIST
+            log.warning("could not update %s to checkpoint %d: %s",
+                        self.store.describe(LAST_CHECKPOINT_KEY), ck.sequence, exc)
+        return ck
+
+    # --- folding ---------------------------------------------------------------------
+
+    def _base(self) -> Checkpoint:
+        """Our fold, moved up to the latest checkpoint when that is further along."""
+        ck = self.latest_checkpoint()
+        if self._state is None or (ck is not None and ck.sequence > self._state.sequence):
+            self._state = ck.copy() if ck is not None else Checkpoint()
+        return self._state
+
+    def _fold_to_end(self) -> Checkpoint:
+        """Fold every stored record: O(records since the latest checkpoint or our last fold)."""
+        for _ in range(MAX_RELOADS):
+            state, fresh = self._base(), False
+            while True:
+                rec, asked = self._fetch(state.sequence + 1)
+                if rec is None:
+                    break
+                state.fold(rec)
+                fresh = asked
+            if fresh or not self._collected(state.sequence):
+                return state
+            self._chase(state.sequence)
+        raise MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
+                          "reading the commit log; try again")
+
+    def _fold_txn(self, upto: int) -> Checkpoint:
+        """Fold records up to (at least) ``upto`` into the idempotency-key index."""
+        for _ in range(MAX_RELOADS):
+            state = self._base()
+            while state.sequence < upto:
+                rec, _ = self._fetch(state.sequence + 1)
+                if rec is None:
+                    break
+                state.fold(rec)
+            else:
+                return state
+            self._chase(state.sequence + 1)
+        raise MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
+                          "reading the commit log; try again")
+
+    def _state_at(self, upto: int) -> Checkpoint:
+        """Records ``1..upto`` folded exactly (for the checkpoint at ``upto``)."""
+        state = self._fold_txn(upto)
+        if state.sequence == upto:
+            return state
+        ck = self.latest_checkpoint()  # our fold went past upto: refold from below it
+        state = ck.copy() if ck is not None and ck.sequence <= upto else Checkpoint()
+        while state.sequence < upto:
+            state.fold(self.read(state.sequence + 1))
+        return state
+
+    # --- writing ---------------------------------------------------------------------
+
+    def next_sequence(self) -> int:
+        """The first unused sequence number; never one at or below a checkpoint."""
+        for _ in range(MAX_RELOADS):
+            ck = self.latest_checkpoint()
+            floor = max([*self._cache, self._state.sequence if self._state else 0,
+                         ck.sequence if ck else 0])
+            if not self._collected(floor):  # floor still stored: nothing above it is gone
+                return first_missing(self._exists, floor + 1)
+            self._chase(floor)
+        raise MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
+                          "looking for the next commit sequence; try again")
 
     def committed_txn(self, txn: Txn, upto: int | None = None) -> CommitRecord | None:
         """The record that already committed ``txn`` (same app, version >= it), if any."""
-        self._fold_txn(self.next_sequence() - 1 if upto is None else upto)
-        prior = self._txn.get(txn.app_id)
-        if prior is not None and prior[0] >= txn.version:
-            return self.read(prior[1])
-        return None
+        state = self._fold_txn(self.next_sequence() - 1 if upto is None else upto)
+        prior = state.txn.get(txn.app_id)
+        if prior is None or prior[0] < txn.version:
+            return None
+        version, seq, job_id = prior
+        try:
+            return self.read(seq)
+        except FileNotFoundError:  # collected below a checkpoint, which kept what matters
+            return CommitRecord(sequence=seq, kind=APPEND, job_id=job_id, ranges=[],
+                                txn_app_id=txn.app_id, txn_version=version,
+                                extra={"garbage_collected": True})
 
     def append(self, kind: str, ranges: Iterable[CommittedRange], *, job_id: str | None = None,
                writer_group: str = "", query_id: str | None = None,
@@ -205,6 +512,10 @@ class CommitLog:
                            txn_version=txn.version if txn else None)
         seq = self.next_sequence()
         while True:
+            floor = self._ckpt.sequence if self._ckpt else 0
+            if seq <= floor:  # collected numbers below a checkpoint are never reused
+                raise MemWalError(f"refusing to write commit record {seq}: checkpoint {floor} "
+                                  "already folds the records up to it")
             if txn is not None:
                 done = self.committed_txn(txn, upto=seq - 1)
                 if done is not None:
@@ -217,8 +528,18 @@ class CommitLog:
                             what=f"commit record {seq}"):
                 self._cache[seq] = rec
                 hooks.point("commit.after", sequence=seq)
+                self._auto_checkpoint(seq)
                 return CommitResult(rec, True)
             seq += 1  # another job took this number; it is checked on the next pass
+
+    def _auto_checkpoint(self, seq: int) -> None:
+        if not self.checkpoint_interval or seq % self.checkpoint_interval:
+            return
+        try:
+            self._write_checkpoint(self._state_at(seq))
+        except Exception as exc:  # noqa: BLE001 - the commit is durable; readers replay more
+            log.warning("commit record %d is durable, but its checkpoint was not written: %s",
+                        seq, exc)
 
     def find_stream_batch(self, query_id: str, batch_id: int) -> CommitRecord | None:
         """The record that committed micro-batch ``batch_id`` of ``query_id`` (or a later one)."""
@@ -226,13 +547,7 @@ class CommitLog:
 
     def visible(self) -> list[CommittedRange]:
         """Ranges visible to a committed reader: all since the last overwrite."""
-        out: list[CommittedRange] = []
-        for rec in self.records():
-            if rec.kind == OVERWRITE:
-                out = []
-            out.extend(rec.ranges)
-        return out
-
+        return list(self._fold_to_end().visible)
 
 class CommittedView:
     """Fast membership test over committed ranges, per shard."""

@@ -1,0 +1,312 @@
+"""Commit log checkpoints: equal answers with and without them, cheap reads, GC safety.
+
+Every test runs on memory, local disk and the S3 server (``backend``) unless it
+says otherwise; intervals are small so S3 runs stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+
+from memwal_datasource.commit import (
+    APPEND,
+    CHECKPOINTS_DIR,
+    LAST_CHECKPOINT_KEY,
+    OVERWRITE,
+    Checkpoint,
+    CommitLog,
+    CommittedRange,
+    Txn,
+    checkpoint_key,
+    record_key,
+)
+from memwal_datasource.errors import CorruptEntryError, MemWalError
+from tests.helpers import DelegatingStore, FlakyStore
+
+SHARDS = ["shard-a", "shard-b", "shard-c"]
+
+
+class CountingStore(DelegatingStore):
+    """Counts the reads a commit log makes (``exists`` goes through ``head``)."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.calls = {"get": 0, "head": 0, "list": 0}
+
+    def get(self, key):
+        self.calls["get"] += 1
+        return super().get(key)
+
+    def head(self, key):
+        self.calls["head"] += 1
+        return super().head(key)
+
+    def list(self, prefix):
+        self.calls["list"] += 1
+        return super().list(prefix)
+
+    @property
+    def reads(self) -> int:
+        return sum(self.calls.values())
+
+
+def _ranges(seq: int) -> list[CommittedRange]:
+    """Ranges of several shards, distinct per record."""
+    return [CommittedRange(s, 1, seq * 10 + i, seq * 10 + i + 1, rows=seq + i, task=i)
+            for i, s in enumerate(SHARDS[: 1 + seq % 3])]
+
+
+def _fill(store, n: int, interval: int | None, overwrite_at: tuple[int, ...] = (),
+          start: int = 1) -> list[CommittedRange]:
+    """Append records ``start..n`` (overwrites where asked); return what must be visible."""
+    log = CommitLog(store, checkpoint_interval=interval, retry_base_delay_ms=1)
+    for seq in range(start, n + 1):
+        kind = OVERWRITE if seq in overwrite_at else APPEND
+        assert log.append(kind, _ranges(seq), job_id=f"j{seq}").record.sequence == seq
+    return _expected(n, overwrite_at)
+
+
+def _expected(n: int, overwrite_at: tuple[int, ...] = ()) -> list[CommittedRange]:
+    last = max([s for s in overwrite_at if s <= n], default=1)
+    return [r for s in range(last, n + 1) for r in _ranges(s)]
+
+
+def _gc(store, below: int) -> None:
+    """What the garbage collector will do: delete records below a checkpoint, ascending."""
+    for seq in range(1, below):
+        store.delete(record_key(seq))
+
+
+def _checkpoints(store) -> list[str]:
+    return sorted(k.rsplit("/", 1)[-1] for k in store.list(CHECKPOINTS_DIR + "/"))
+
+
+# --- the same answers with and without checkpoints ---------------------------------------
+
+def test_visible_is_the_same_with_checkpoints_across_overwrites(any_store):
+    overwrites = (3, 12)  # one before the checkpoint at 5, one after the one at 10
+    for n in range(1, 14):
+        _fill(any_store, n, 5, overwrites, start=n)
+        assert CommitLog(any_store, checkpoint_interval=5).visible() == _expected(n, overwrites)
+    assert _checkpoints(any_store) == [f"{5:020d}.json", f"{10:020d}.json"]
+    ck = CommitLog(any_store).latest_checkpoint()
+    assert (ck.sequence, ck.records, ck.last_overwrite) == (10, 10, 3)
+    assert ck.visible == _expected(10, overwrites)
+    assert json.loads(any_store.get(LAST_CHECKPOINT_KEY)) == {"sequence": 10}
+
+
+def test_a_long_lived_log_sees_records_others_append(any_store):
+    reader = CommitLog(any_store, checkpoint_interval=4)
+    _fill(any_store, 5, 4)
+    assert reader.visible() == _expected(5)
+    _fill(any_store, 9, 4, (7,), start=6)
+    assert reader.visible() == _expected(9, (7,))
+    assert [r.sequence for r in reader.records(after=3)] == [4, 5, 6, 7, 8, 9]
+
+
+def test_idempotency_and_stream_keys_survive_checkpoints(any_store):
+    log = CommitLog(any_store, checkpoint_interval=3)
+    first = log.append(APPEND, _ranges(1), job_id="nightly", txn=Txn("app", 1))
+    for batch in range(5):
+        log.append(APPEND, _ranges(2), txn=Txn("stream:q", batch))
+    assert CommitLog(any_store).latest_checkpoint().sequence == 6
+    fresh = CommitLog(any_store, checkpoint_interval=3)
+    again = fresh.append(APPEND, [], txn=Txn("app", 1))
+    assert not again.created and again.record.job_id == "nightly" and again.record.sequence == 1
+    assert CommitLog(any_store).find_stream_batch("q", 4).sequence == 6
+    assert CommitLog(any_store).find_stream_batch("q", 5) is None
+    assert CommitLog(any_store).committed_txn(Txn("app", 2)) is None
+    # After the records below the checkpoint are collected, the checkpoint still knows.
+    _gc(any_store, 6)
+    gone = CommitLog(any_store).append(APPEND, [], txn=Txn("app", 1))
+    assert not gone.created and gone.record.sequence == 1 and gone.record.job_id == "nightly"
+    assert gone.record.extra == {"garbage_collected": True} and first.record.extra == {}
+    assert CommitLog(any_store).find_stream_batch("q", 2).sequence == 6
+    assert CommitLog(any_store).append(APPEND, [], txn=Txn("app", 2)).record.sequence == 7
+
+
+# --- reading cost ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["memory", "local"])
+def test_reads_cost_only_the_records_since_the_checkpoint(any_store):
+    _fill(any_store, 250, 100)
+    counting = CountingStore(any_store)
+    assert CommitLog(counting).visible() == _expected(250)
+    visible_cost = counting.reads
+    counting.calls = dict.fromkeys(counting.calls, 0)
+    assert CommitLog(counting).next_sequence() == 251
+    next_cost = counting.reads
+    counting.calls = dict.fromkeys(counting.calls, 0)
+    assert CommitLog(counting).committed_txn(Txn("none", 1)) is None
+    txn_cost = counting.reads
+    # 50 records + the hint, the checkpoint and a probe for the next one, + the end.
+    assert visible_cost <= 55, visible_cost
+    assert next_cost <= 20, next_cost
+    assert txn_cost <= 75, txn_cost
+    for key in [LAST_CHECKPOINT_KEY, *(f"{CHECKPOINTS_DIR}/{n}" for n in _checkpoints(any_store))]:
+        any_store.delete(key)
+    counting.calls = dict.fromkeys(counting.calls, 0)
+    assert CommitLog(counting).visible() == _expected(250)
+    assert counting.reads > 250  # without checkpoints every record is read
+    print(f"store reads: visible {visible_cost}, next_sequence {next_cost}, "
+          f"committed_txn {txn_cost}; without checkpoints visible {counting.reads}")
+
+
+# --- writing checkpoints -----------------------------------------------------------------
+
+def test_two_checkpointers_racing_agree(any_store):
+    _fill(any_store, 4, None)
+    barrier = threading.Barrier(2, timeout=30)
+
+    class Together(DelegatingStore):
+        def put_if_absent(self, key, data):
+            if "_checkpoints/" in key:
+                barrier.wait()  # both folded before either writes
+            super().put_if_absent(key, data)
+
+    out: list[Checkpoint] = []
+    threads = [threading.Thread(target=lambda: out.append(
+        CommitLog(Together(any_store)).checkpoint())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(out) == 2 and out[0].state() == out[1].state() and out[0].sequence == 4
+    assert _checkpoints(any_store) == [f"{4:020d}.json"]
+
+
+def test_a_rival_checkpoint_with_other_bytes_but_the_same_state_is_fine(any_store):
+    _fill(any_store, 3, None)
+    rival = CommitLog(any_store)._fold_to_end().copy()
+    rival.created_ms = 1
+    any_store.put_if_absent(checkpoint_key(3), rival.to_json())
+    assert CommitLog(any_store).checkpoint().created_ms == 1
+    rival.visible = rival.visible[1:]
+    any_store.put_if_absent(checkpoint_key(4), b"")  # placeholder replaced below
+    any_store.delete(checkpoint_key(4))
+    _fill(any_store, 4, None, start=4)
+    rival.sequence, rival.records = 4, 4
+    any_store.put_if_absent(checkpoint_key(4), rival.to_json())
+    with pytest.raises(CorruptEntryError, match=f"{4:020d}.json does not match records 1..4"):
+        CommitLog(any_store).checkpoint()
+
+
+def test_lost_acknowledgement_of_a_checkpoint_is_ours(any_store, caplog):
+    flaky = FlakyStore(any_store, fail_puts=1, land=True, match="_checkpoints/")
+    log = CommitLog(flaky, checkpoint_interval=3, retry_base_delay_ms=1)
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+        _fill(flaky, 3, 3)
+        assert log.next_sequence() == 4
+    assert flaky.fail_puts == 0 and caplog.records == []
+    assert CommitLog(any_store).latest_checkpoint().sequence == 3
+    assert json.loads(any_store.get(LAST_CHECKPOINT_KEY)) == {"sequence": 3}
+
+
+def test_a_failed_automatic_checkpoint_never_fails_the_commit(any_store, caplog):
+    flaky = FlakyStore(any_store, fail_puts=100, match="_checkpoints/")
+    log = CommitLog(flaky, checkpoint_interval=2, retries=1, retry_base_delay_ms=1)
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+        log.append(APPEND, _ranges(1))
+        assert log.append(APPEND, _ranges(2)).created
+    assert "record 2 is durable, but its checkpoint was not written" in caplog.text
+    assert _checkpoints(any_store) == [] and CommitLog(any_store).visible() == _expected(2)
+
+
+def test_checkpoint_of_an_empty_log_is_none(any_store):
+    assert CommitLog(any_store).checkpoint() is None
+    assert CommitLog(any_store).visible() == [] and CommitLog(any_store).next_sequence() == 1
+    assert list(CommitLog(any_store).records()) == []
+
+
+# --- finding the latest checkpoint -------------------------------------------------------
+
+@pytest.mark.parametrize("hint", [None, b"{not json", b'{"sequence": 5}', b'{"sequence": 99}'])
+def test_missing_garbage_or_stale_hint_still_finds_the_latest(any_store, hint, caplog):
+    _fill(any_store, 11, 5)
+    any_store.delete(LAST_CHECKPOINT_KEY)
+    if hint is not None:
+        any_store.put(LAST_CHECKPOINT_KEY, hint)
+    counting = CountingStore(any_store)
+    log = CommitLog(counting, checkpoint_interval=5)
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+        assert log.latest_checkpoint().sequence == 10
+        assert log.visible() == _expected(11)
+    # A stale hint is corrected by probing the next interval, the others by a LIST.
+    assert counting.calls["list"] == (0 if hint == b'{"sequence": 5}' else 1)
+    assert ("only a hint" in caplog.text) == (hint == b"{not json")
+
+
+def test_a_damaged_checkpoint_is_reported_not_skipped(any_store):
+    _fill(any_store, 10, 5)
+    any_store.delete(checkpoint_key(10))
+    any_store.put(checkpoint_key(10), b'{"format": 1, "sequence": 10')
+    with pytest.raises(CorruptEntryError, match=f"{10:020d}.json is corrupt"):
+        CommitLog(any_store).visible()
+    any_store.delete(LAST_CHECKPOINT_KEY)  # found by LIST: the same error
+    with pytest.raises(CorruptEntryError, match=f"{10:020d}.json is corrupt"):
+        CommitLog(any_store).next_sequence()
+    body = Checkpoint()
+    for seq in range(1, 6):
+        body.fold(CommitLog(any_store).read(seq))
+    any_store.delete(checkpoint_key(10))
+    any_store.put(checkpoint_key(10), body.to_json())  # a checkpoint of 1..5 named 10
+    with pytest.raises(CorruptEntryError, match="folds records 1..5, but its name says 1..10"):
+        CommitLog(any_store).visible()
+
+
+# --- garbage collection below a checkpoint -----------------------------------------------
+
+def test_collected_records_below_a_checkpoint(any_store):
+    _fill(any_store, 12, 5, (3,))
+    behind = CommitLog(any_store)
+    assert [r.sequence for r in behind.records(after=6)] == list(range(7, 13))
+    _gc(any_store, 10)
+    fresh = CommitLog(any_store, checkpoint_interval=5)
+    assert fresh.visible() == _expected(12, (3,))
+    assert fresh.next_sequence() == 13
+    assert [r.sequence for r in CommitLog(any_store).records(after=10)] == [11, 12]
+    with pytest.raises(MemWalError, match="before checkpoint 10 .*garbage-collected"):
+        list(CommitLog(any_store).records())
+    # A log holding later records but not the collected ones notices too; what it
+    # holds is still served.
+    with pytest.raises(MemWalError, match="garbage-collected"):
+        list(behind.records(after=2))
+    assert [r.sequence for r in behind.records(after=8)] == [9, 10, 11, 12]
+    assert CommitLog(any_store).append(APPEND, _ranges(13)).record.sequence == 13
+    assert CommitLog(any_store).visible() == _expected(13, (3,))
+
+
+def test_a_stale_writer_never_reuses_a_collected_sequence(any_store):
+    stale = CommitLog(any_store, checkpoint_interval=None)
+    for seq in range(1, 8):  # cached through 7, no checkpoint known
+        stale.append(APPEND, _ranges(seq))
+    assert stale.visible() == _expected(7)
+    _fill(any_store, 12, 5, start=8)  # others commit 8..12 and checkpoint 5 and 10
+    _gc(any_store, 10)
+    assert stale.append(APPEND, _ranges(13)).record.sequence == 13
+    assert stale.visible() == _expected(13)
+
+
+def test_stale_hint_after_collection_moves_to_the_newer_checkpoint(any_store):
+    _fill(any_store, 12, 5)
+    assert CommitLog(any_store).checkpoint().sequence == 12  # not on the probed interval
+    _gc(any_store, 12)
+    any_store.put(LAST_CHECKPOINT_KEY, b'{"sequence": 10}')
+    assert CommitLog(any_store, checkpoint_interval=5).visible() == _expected(12)
+    assert CommitLog(any_store, checkpoint_interval=5).next_sequence() == 13
+    _fill(any_store, 13, 5, start=13)
+    assert CommitLog(any_store).visible() == _expected(13)
+
+
+def test_append_refuses_a_sequence_below_its_checkpoint(any_store):
+    _fill(any_store, 6, 5)
+    log = CommitLog(any_store)
+    assert log.latest_checkpoint().sequence == 5
+    log.next_sequence = lambda: 3  # what a bug or a stale view would do
+    with pytest.raises(MemWalError, match="refusing to write commit record 3: checkpoint 5"):
+        log.append(APPEND, _ranges(3))
+    assert [r.sequence for r in CommitLog(any_store).records()] == list(range(1, 7))
