@@ -1,4 +1,8 @@
-"""The Lance table a MemWAL belongs to: create, open, check schemas.
+"""The table: the Lance dataset a MemWAL belongs to, and :class:`MemWalTable`.
+
+Module-level helpers create and open the Lance dataset and compare schemas.
+:class:`MemWalTable` is the one object through which every reader, the
+compactor and the CLI see shards, commit records and compaction state.
 
 Creating writes an empty Lance dataset (version 1) with the primary key set as
 Lance expects (field metadata ``lance-schema:unenforced-primary-key`` on a
@@ -7,12 +11,20 @@ non-nullable field) and initialises the MemWAL index on it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from .errors import ConfigError, MemWalError
+from .commit import OVERWRITE, CommitLog, CommittedRange
+from .errors import ConfigError, CorruptEntryError, MemWalError
+from .format import ShardManifest
+from .lance_manifest import compacted_generations
+from .manifest import ManifestStore, list_shards
 from .options import lance_storage_options
+from .store import ObjectStore, open_store
+from .wal import WalTailer
 
 PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
 # Lance's own per-field metadata; not part of what users compare.
@@ -135,3 +147,128 @@ def same_logical_type(a: pa.DataType, b: pa.DataType) -> bool:
     pairs = ((pa.types.is_string, pa.types.is_large_string),
              (pa.types.is_binary, pa.types.is_large_binary))
     return any((x(a) and y(b)) or (y(a) and x(b)) for x, y in pairs)
+
+
+# --- the memwal table: one object every reader, writer and tool goes through ---------
+
+COMPACTION_DIR = "_memwal_compaction"
+# The "shard" whose compacted generation in the base table's MemWAL index is the
+# number of the last compaction round committed there (a compare-and-set: Lance
+# refuses a generation not above the recorded one, atomically with the data).
+LEDGER_SHARD = "6d656d77-616c-4c65-8467-65722d636d70"
+
+
+def round_key(number: int) -> str:
+    """Key of compaction round ``number``'s intent (which commit records it folds)."""
+    return f"{COMPACTION_DIR}/rounds/{number:020d}.json"
+
+
+@dataclass(frozen=True)
+class CompactionRound:
+    """Round ``number`` folds commit records ``after_seq + 1 .. upto_seq`` into the base."""
+
+    number: int
+    after_seq: int
+    upto_seq: int
+    created_ms: int = 0
+
+    def to_json(self) -> bytes:
+        """The intent's storage form."""
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> CompactionRound:
+        """Parse a stored intent; the error names the file."""
+        try:
+            body = json.loads(data)
+            return cls(int(body["number"]), int(body["after_seq"]), int(body["upto_seq"]),
+                       int(body.get("created_ms", 0)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntryError(f"compaction round {where} is corrupt: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """A consistent view: a base-table version plus the committed WAL tail above it.
+
+    Every commit record up to ``compacted_seq`` is in the base table at
+    ``base_version``; ``tail`` lists the committed ranges of the records after
+    it (since the last overwrite among them). ``base_hidden`` is true when an
+    uncompacted overwrite hides the base table's rows.
+    """
+
+    base_version: int | None
+    compacted_round: int
+    compacted_seq: int
+    last_seq: int
+    tail: list[CommittedRange]
+    base_hidden: bool
+
+
+class MemWalTable:
+    """A memwal table: the Lance dataset, its shards, commit log and compaction state.
+
+    Readers (batch, stream, CLI, whole-table), the compactor and the garbage
+    collector all go through this object, so each visibility rule is written once.
+    """
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None, *,
+                 store: ObjectStore | None = None):
+        self.uri = uri
+        self.storage_options = dict(storage_options or {})
+        self.store = store or open_store(uri, self.storage_options)
+        self.commits = CommitLog(self.store)
+
+    # -- pieces ------------------------------------------------------------------------
+
+    def dataset(self, version: int | None = None):
+        """The base Lance dataset (latest version unless ``version``)."""
+        import lance
+
+        try:
+            return lance.dataset(self.uri, version=version,
+                                 storage_options=lance_storage_options(self.storage_options))
+        except (OSError, ValueError) as exc:
+            raise MemWalError(f"no Lance table at {self.uri}: {exc}") from None
+
+    def shards(self) -> list[str]:
+        """Shard ids under ``_mem_wal/``."""
+        return list_shards(self.store)
+
+    def manifest(self, shard_id: str) -> ShardManifest | None:
+        """A shard's latest manifest."""
+        return ManifestStore(self.store, shard_id).latest()
+
+    def tailer(self, shard_id: str) -> WalTailer:
+        """A read-only WAL tailer of one shard."""
+        return WalTailer(self.store, shard_id)
+
+    def round(self, number: int) -> CompactionRound:
+        """Compaction round ``number``'s intent."""
+        key = round_key(number)
+        return CompactionRound.from_json(self.store.get(key), self.store.describe(key))
+
+    # -- compaction state and the committed tail ----------------------------------------
+
+    def compacted_round(self, base_version: int) -> int:
+        """The last compaction round committed in base ``base_version`` (0 if none)."""
+        return compacted_generations(self.store, base_version).get(LEDGER_SHARD, 0)
+
+    def snapshot(self, base_version: int | None = None) -> TableSnapshot:
+        """The base table at a version and the committed tail that is not in it."""
+        version = base_version if base_version is not None else self.dataset().version
+        number = self.compacted_round(version)
+        compacted = self.round(number).upto_seq if number else 0
+        tail: list[CommittedRange] = []
+        hidden = False
+        last = compacted
+        for rec in self.commits.records(after=compacted):
+            if rec.kind == OVERWRITE:
+                tail, hidden = [], True
+            tail.extend(rec.ranges)
+            last = rec.sequence
+        return TableSnapshot(version, number, compacted, last, tail, hidden)
+
+    def committed_tail(self) -> list[CommittedRange]:
+        """Committed ranges not yet compacted (what a WAL-tail reader returns)."""
+        return self.snapshot().tail
