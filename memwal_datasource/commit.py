@@ -22,7 +22,10 @@ only below a checkpoint ``C`` (never record ``C`` itself), and keep the
 latest checkpoint. Then "record ``n - 1`` is stored and ``n`` is not" means
 ``n`` is the tip, which is how readers and writers notice that records they
 relied on were collected (and move to the newer checkpoint) instead of
-reusing a sequence number or missing commits.
+reusing a sequence number or missing commits. It must also leave a grace
+period longer than any commit takes (as Delta's log retention does): a writer
+that checked the tip just before a record was written and collected could
+otherwise write that number again.
 """
 
 from __future__ import annotations
@@ -275,11 +278,9 @@ class CommitLog:
 
     def read(self, sequence: int) -> CommitRecord:
         """Read one record (records are immutable, so they are cached)."""
-        rec = self._cache.get(sequence)
+        rec, _ = self._fetch(sequence)
         if rec is None:
-            key = record_key(sequence)
-            rec = CommitRecord.from_json(self.store.get(key), self.store.describe(key))
-            self._cache[sequence] = rec
+            raise FileNotFoundError(self.store.describe(record_key(sequence)))
         return rec
 
     def records(self, after: int = 0) -> Iterator[CommitRecord]:
@@ -329,10 +330,10 @@ class CommitLog:
         self._adopt(self._find_checkpoint(use_hint=False))
         return self._ckpt
 
-    def _chase(self, missing: int) -> None:
-        """Record ``missing`` was collected: move to the checkpoint that replaced it."""
+    def _chase(self, missing: int, past: int) -> None:
+        """Record ``missing`` was collected: move to a checkpoint beyond ``past``."""
         ck = self._relist()
-        if ck is None or ck.sequence <= missing:
+        if ck is None or ck.sequence <= past:
             raise MemWalError(f"commit record {self.store.describe(record_key(missing))} is "
                               "missing and no checkpoint covers it: the commit log is damaged")
 
@@ -388,7 +389,7 @@ class CommitLog:
 
     def checkpoint(self) -> Checkpoint | None:
         """Checkpoint every record so far (``None`` for an empty log)."""
-        state = self._fold_to_end()
+        state = self._fold()
         return self._write_checkpoint(state) if state.sequence else None
 
     def _write_checkpoint(self, state: Checkpoint) -> Checkpoint:
@@ -423,47 +424,43 @@ class CommitLog:
             self._state = ck.copy() if ck is not None else Checkpoint()
         return self._state
 
-    def _fold_to_end(self) -> Checkpoint:
-        """Fold every stored record: O(records since the latest checkpoint or our last fold)."""
+    def _fold(self, upto: int | None = None) -> Checkpoint:
+        """Fold the records up to (at least) ``upto``, or to the end of the log.
+
+        Costs O(records since the latest checkpoint or our previous fold). A
+        record we need that is gone was collected: move to the newer checkpoint.
+        """
         for _ in range(MAX_RELOADS):
             state, fresh = self._base(), False
-            while True:
+            while upto is None or state.sequence < upto:
                 rec, asked = self._fetch(state.sequence + 1)
                 if rec is None:
                     break
                 state.fold(rec)
                 fresh = asked
-            if fresh or not self._collected(state.sequence):
-                return state
-            self._chase(state.sequence)
-        raise MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
-                          "reading the commit log; try again")
-
-    def _fold_txn(self, upto: int) -> Checkpoint:
-        """Fold records up to (at least) ``upto`` into the idempotency-key index."""
-        for _ in range(MAX_RELOADS):
-            state = self._base()
-            while state.sequence < upto:
-                rec, _ = self._fetch(state.sequence + 1)
-                if rec is None:
-                    break
-                state.fold(rec)
             else:
                 return state
-            self._chase(state.sequence + 1)
-        raise MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
-                          "reading the commit log; try again")
+            if upto is not None:
+                self._chase(state.sequence + 1, past=state.sequence)
+            elif fresh or not self._collected(state.sequence):
+                return state  # record n stored and n + 1 not: n is the last
+            else:
+                self._chase(state.sequence, past=state.sequence)
+        raise self._moving()
 
     def _state_at(self, upto: int) -> Checkpoint:
         """Records ``1..upto`` folded exactly (for the checkpoint at ``upto``)."""
-        state = self._fold_txn(upto)
-        if state.sequence == upto:
-            return state
-        ck = self.latest_checkpoint()  # our fold went past upto: refold from below it
-        state = ck.copy() if ck is not None and ck.sequence <= upto else Checkpoint()
-        while state.sequence < upto:
-            state.fold(self.read(state.sequence + 1))
+        state = self._fold(upto)
+        if state.sequence != upto:  # our fold went past upto: refold from below it
+            ck = self._ckpt
+            state = ck.copy() if ck is not None and ck.sequence <= upto else Checkpoint()
+            while state.sequence < upto:
+                state.fold(self.read(state.sequence + 1))
         return state
+
+    def _moving(self) -> MemWalError:
+        return MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
+                           "reading the commit log; try again")
 
     # --- writing ---------------------------------------------------------------------
 
@@ -475,13 +472,12 @@ class CommitLog:
                          ck.sequence if ck else 0])
             if not self._collected(floor):  # floor still stored: nothing above it is gone
                 return first_missing(self._exists, floor + 1)
-            self._chase(floor)
-        raise MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
-                          "looking for the next commit sequence; try again")
+            self._chase(floor, past=floor)
+        raise self._moving()
 
     def committed_txn(self, txn: Txn, upto: int | None = None) -> CommitRecord | None:
         """The record that already committed ``txn`` (same app, version >= it), if any."""
-        state = self._fold_txn(self.next_sequence() - 1 if upto is None else upto)
+        state = self._fold(self.next_sequence() - 1 if upto is None else upto)
         prior = state.txn.get(txn.app_id)
         if prior is None or prior[0] < txn.version:
             return None
@@ -547,7 +543,7 @@ class CommitLog:
 
     def visible(self) -> list[CommittedRange]:
         """Ranges visible to a committed reader: all since the last overwrite."""
-        return list(self._fold_to_end().visible)
+        return list(self._fold().visible)
 
 class CommittedView:
     """Fast membership test over committed ranges, per shard."""
