@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .config import ShardWriterConfig
 from .errors import ConfigError, Fenced, MemWalError, ShardSealedError, WriterPoisoned
+from .table import MemWalTable, read_table
 from .writer import open_shard_writer
 
 __version__ = "0.1.0"
@@ -17,11 +18,25 @@ __all__ = [
     "Fenced",
     "MemWalDataSource",
     "MemWalError",
+    "MemWalTable",
     "ShardSealedError",
     "ShardWriterConfig",
     "WriterPoisoned",
+    "compact",
     "open_shard_writer",
+    "read_table",
 ]
+
+
+def compact(uri: str, storage_options=None, **kwargs):
+    """Fold committed WAL entries into the base Lance table, exactly once.
+
+    Keyword arguments go to :func:`memwal_datasource.compact.compact`
+    (``max_records_per_round``, ``max_rounds``, ``dry_run``, ``progress``).
+    """
+    from .compact import compact as run
+
+    return run(MemWalTable(uri, storage_options), **kwargs)
 
 
 def __getattr__(name: str):

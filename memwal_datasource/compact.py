@@ -43,16 +43,17 @@ from .errors import MemWalError
 from .store import put_resolved
 from .table import (
     LEDGER_SHARD,
+    TOMBSTONE,
     CompactionRound,
     MemWalTable,
     data_schema,
+    last_per_key,
     primary_key_of,
     round_key,
 )
 
 log = logging.getLogger(__name__)
 
-TOMBSTONE = "_tombstone"
 _STALE = re.compile(r"Stale SSTable compaction", re.IGNORECASE)
 DEFAULT_MAX_RECORDS = 256
 
@@ -90,44 +91,18 @@ class CompactionError(MemWalError):
     """Compaction cannot run on this table; the message says why and what to do."""
 
 
-def _dedupe_last(table: pa.Table, keys: list[str]) -> pa.Table:
-    """Keep the last row of every key (rows are in commit, then WAL, order)."""
-    if not table.num_rows:
-        return table
-    order = pa.array(range(table.num_rows), pa.int64())
-    indexed = table.append_column("__order", order)
-    last = indexed.group_by(keys, use_threads=False).aggregate([("__order", "max")])
-    rows = last.column("__order_max")
-    return table.take(pc.take(rows, pc.sort_indices(rows)))
-
-
 def _round_rows(table: MemWalTable, rnd: CompactionRound, schema: pa.Schema,
                 pk: list[str]) -> tuple[pa.Table, pa.Table, bool]:
     """(upserts, deleted keys, overwrite) for one round, newest row per key."""
-    names = [f.name for f in schema]
-    pieces: list[pa.Table] = []
+    ranges = []
     overwrite = False
     for rec in table.commits.records(after=rnd.after_seq):
         if rec.sequence > rnd.upto_seq:
             break
         if rec.kind == OVERWRITE:
-            pieces, overwrite = [], True
-        for rng in rec.ranges:
-            for _pos, entry in table.tailer(rng.shard_id).entries(rng.first, rng.last):
-                if entry.writer_epoch != rng.epoch:
-                    continue  # another attempt's entry inside the range: not committed
-                for batch in entry.batches:
-                    if not batch.num_rows:
-                        continue
-                    tomb = (batch.column(TOMBSTONE) if TOMBSTONE in batch.schema.names
-                            else pa.repeat(False, batch.num_rows))
-                    cols = [batch.column(n) for n in names] + [tomb]
-                    pieces.append(pa.Table.from_arrays(cols, names=names + [TOMBSTONE]))
-    if not pieces:
-        empty = pa.Table.from_batches([], schema.append(pa.field(TOMBSTONE, pa.bool_())))
-        return schema.empty_table(), empty.select(pk), overwrite
-    rows = pa.concat_tables(pieces, promote_options="permissive")
-    rows = _dedupe_last(rows, pk)
+            ranges, overwrite = [], True
+        ranges.extend(rec.ranges)
+    rows = last_per_key(table.range_rows(ranges, schema), pk)
     deleted = rows.filter(rows.column(TOMBSTONE)).select(pk)
     upserts = rows.filter(pc.invert(rows.column(TOMBSTONE))).drop_columns([TOMBSTONE])
     return upserts.cast(schema), deleted, overwrite

@@ -12,10 +12,11 @@ non-nullable field) and initialises the MemWAL index on it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .commit import OVERWRITE, CommitLog, CommittedRange
 from .errors import ConfigError, CorruptEntryError, MemWalError
@@ -156,6 +157,7 @@ COMPACTION_DIR = "_memwal_compaction"
 # number of the last compaction round committed there (a compare-and-set: Lance
 # refuses a generation not above the recorded one, atomically with the data).
 LEDGER_SHARD = "6d656d77-616c-4c65-8467-65722d636d70"
+TOMBSTONE = "_tombstone"  # the MemWAL format's delete marker column
 
 
 def round_key(number: int) -> str:
@@ -256,8 +258,13 @@ class MemWalTable:
 
     def snapshot(self, base_version: int | None = None) -> TableSnapshot:
         """The base table at a version and the committed tail that is not in it."""
-        version = base_version if base_version is not None else self.dataset().version
-        number = self.compacted_round(version)
+        version = base_version
+        if version is None:
+            try:
+                version = self.dataset().version
+            except MemWalError:
+                version = None  # a bare MemWAL without a base table: nothing compacted
+        number = self.compacted_round(version) if version is not None else 0
         compacted = self.round(number).upto_seq if number else 0
         tail: list[CommittedRange] = []
         hidden = False
@@ -272,3 +279,65 @@ class MemWalTable:
     def committed_tail(self) -> list[CommittedRange]:
         """Committed ranges not yet compacted (what a WAL-tail reader returns)."""
         return self.snapshot().tail
+
+    def range_rows(self, ranges: Iterable[CommittedRange], schema: pa.Schema) -> pa.Table:
+        """The rows of committed ``ranges`` in order, with a ``_tombstone`` column.
+
+        Only entries of each range's epoch count: another attempt's entry inside
+        a committed position range was never committed.
+        """
+        names = [f.name for f in schema]
+        out_schema = schema.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
+        pieces: list[pa.RecordBatch] = []
+        for rng in ranges:
+            for _pos, entry in self.tailer(rng.shard_id).entries(rng.first, rng.last):
+                if entry.writer_epoch != rng.epoch:
+                    continue
+                for batch in entry.batches:
+                    if not batch.num_rows:
+                        continue
+                    tomb = (batch.column(TOMBSTONE) if TOMBSTONE in batch.schema.names
+                            else pa.repeat(False, batch.num_rows))
+                    cols = [batch.column(n) for n in names] + [tomb]
+                    pieces.append(pa.RecordBatch.from_arrays(
+                        [c if c.type.equals(f.type) else c.cast(f.type)
+                         for c, f in zip(cols, out_schema, strict=True)], schema=out_schema))
+        return pa.Table.from_batches(pieces, schema=out_schema)
+
+    def to_table(self, base_version: int | None = None) -> pa.Table:
+        """The whole table, fresh to the last commit: base plus the committed tail.
+
+        With a primary key the newest row of each key wins (the tail is newer
+        than the base, later commits newer than earlier ones) and tombstones
+        delete; without one the tail's rows are appended to the base's.
+        """
+        snap = self.snapshot(base_version)
+        ds = self.dataset(snap.base_version)
+        schema = data_schema(ds.schema)
+        pk = primary_key_of(ds.schema)
+        tail = self.range_rows(snap.tail, schema)
+        if pk:
+            tail = last_per_key(tail, pk)
+        live = tail.filter(pc.invert(tail.column(TOMBSTONE))).drop_columns([TOMBSTONE])
+        if snap.base_hidden:
+            return live.cast(schema)
+        base = ds.to_table()
+        if pk and tail.num_rows:  # rows the tail replaced or deleted
+            base = base.join(tail.select(pk), keys=pk, join_type="left anti")
+        return pa.concat_tables([base.select(schema.names).cast(schema), live.cast(schema)])
+
+
+def last_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Keep the last row of every key (rows in commit, then WAL, order), in that order."""
+    if not table.num_rows:
+        return table
+    indexed = table.append_column("__order", pa.array(range(table.num_rows), pa.int64()))
+    last = indexed.group_by(list(keys), use_threads=False).aggregate([("__order", "max")])
+    rows = last.column("__order_max")
+    return table.take(pc.take(rows, pc.sort_indices(rows)))
+
+
+def read_table(uri: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The whole table (base + committed, uncompacted tail), exactly once. See
+    :meth:`MemWalTable.to_table`."""
+    return MemWalTable(uri, storage_options).to_table()

@@ -137,6 +137,28 @@ def test_stalled_compactor_wakes_after_another_finished(pk_table):
     assert base_rows(uri, opts) == want
 
 
+def test_whole_table_read_is_exactly_once_at_every_stage(pk_table):
+    from memwal_datasource import read_table
+
+    uri, opts = pk_table
+    want = history(uri, opts)
+
+    def whole() -> dict[int, str]:
+        rows = read_table(uri, opts).to_pylist()
+        assert len(rows) == len({r["id"] for r in rows})
+        return {r["id"]: r["v"] for r in rows}
+
+    assert whole() == want  # nothing compacted: all from the tail
+    compact(MemWalTable(uri, opts), max_records_per_round=2, max_rounds=1)
+    assert whole() == want  # half in the base, half in the tail
+    compact(MemWalTable(uri, opts))
+    assert whole() == want == base_rows(uri, opts)
+    write(uri, opts, new_shard(), [batch([3], "new")])
+    assert whole() == {**want, 3: "new-3"}
+    write(uri, opts, new_shard(), [batch([9], "ow")], kind=OVERWRITE)
+    assert whole() == {9: "ow-9"}  # an uncompacted overwrite hides the base
+
+
 def test_table_without_primary_key_is_refused_clearly(location):
     uri, opts = location
     create_table(uri, SCHEMA, storage_options=opts)

@@ -15,9 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..commit import CommitLog, CommittedView
+from ..commit import CommittedView
 from ..manifest import list_shards
 from ..store import open_store
+from ..table import MemWalTable
 from ..wal import WalTailer
 from ..writer import cast_columns
 from .options import ReadOptions
@@ -71,7 +72,8 @@ def plan_partitions(opts: ReadOptions, store) -> list[WalRange]:
     """Partitions for a batch read (also used per micro-batch by the stream)."""
     parts: list[WalRange] = []
     if opts.committed:
-        view = CommittedView(CommitLog(store).visible())
+        # Committed and not yet compacted: compacted records live in the base table.
+        view = CommittedView(MemWalTable(opts.path, opts.storage, store=store).committed_tail())
         shards = view.shards()
     else:
         view = None

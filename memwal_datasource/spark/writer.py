@@ -147,6 +147,21 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     return rec
 
 
+def _record_of(opts: WriteOptions, job_id: str) -> CommitRecord | None:
+    """The commit record of ``job_id``, searched from the newest (best effort)."""
+    try:
+        log_ = CommitLog(open_store(opts.path, opts.storage))
+        for seq in range(log_.next_sequence() - 1, 0, -1):
+            rec = log_.read(seq)
+            if rec.job_id == job_id:
+                return rec
+            if rec.created_ms and rec.created_ms < (time.time() - 3600) * 1000:
+                return None  # far older than any job still aborting
+    except Exception as exc:  # noqa: BLE001 - only a log line depends on it
+        log.debug("could not check the commit log for job %s: %s", job_id, exc)
+    return None
+
+
 class MemWalBatchWriter(DataSourceArrowWriter):
     """``df.write.format("memwal")``: tasks write shards, the driver commits once."""
 
@@ -167,6 +182,12 @@ class MemWalBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
+        # Spark also aborts when the commit worker died after the record landed.
+        landed = _record_of(self.opts, self.job_id)
+        if landed is not None:
+            log.warning("memwal job %s: Spark reports the job failed, but its commit record "
+                        "%d landed: its rows are committed", self.job_id, landed.sequence)
+            return
         log.warning("memwal job %s aborted after %d task(s) finished; nothing committed, "
                     "readers still see the table as before", self.job_id, len(done))
 
