@@ -42,7 +42,7 @@ from .errors import (
 )
 from .format import MEM_WAL_DIR, WalEntry
 from .manifest import ManifestStore, list_shards
-from .options import SECRET_KEYS, lance_storage_options, normalize, redact
+from .options import SECRET_KEYS, lance_storage_options, normalize
 from .store import LocalStore, ObjectStore, open_store
 from .wal import WalTailer
 
@@ -664,15 +664,55 @@ def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
 
 @main.command(epilog=EPILOG)
 @click.argument("uri", metavar="PATH")
+@click.option("--dry-run", is_flag=True, help="say how much is pending; change nothing")
+@click.option("--max-records-per-round", type=click.IntRange(min=1), default=256,
+              show_default=True, help="commit records folded by one base-table commit")
+@click.option("--max-rounds", type=click.IntRange(min=1), default=None,
+              help="stop after this many rounds (default: until up to date)")
 @json_opt
 @storage_opt
-def compact(uri: str, as_json: bool, storage: dict[str, str]) -> None:
-    """Not available (explains why)."""
-    raise CliError(
-        "compaction must update the MemWAL index's compacted_sstables atomically with the "
-        "base-table commit; pylance 14 exposes no API for that, and a merge_insert without it "
-        f"would make readers count SSTable rows twice. Nothing was changed at {uri} "
-        f"(storage {redact(storage)}).", EXIT_ERROR)
+def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int | None,
+            as_json: bool, storage: dict[str, str]) -> None:
+    """Fold committed WAL entries into the base Lance table, exactly once.
+
+    Safe to run while jobs write, readers read and other compactors run, and to
+    kill at any point: a re-run finishes what was started and never counts a
+    row twice. Tables need a primary key.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from .compact import compact as run_compaction
+    from .table import MemWalTable
+
+    open_table(uri, storage)
+    table = MemWalTable(uri, storage)
+    pending = run_compaction(table, dry_run=True).pending_records
+    if dry_run or not pending:
+        if as_json:
+            _emit_json({"table": uri, "dry_run": dry_run, "pending_records": pending,
+                        "rounds": []})
+        else:
+            _console().print(f"{uri}: {pending} commit record(s) to compact"
+                             + (" (dry run: nothing changed)" if dry_run else ""),
+                             soft_wrap=True)
+        return
+    with Progress(TextColumn("compacting"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("records"), console=_console(), disable=as_json,
+                  transient=True) as bar:
+        task = bar.add_task("compact", total=pending)
+        summary = run_compaction(
+            table, max_records_per_round=max_records_per_round, max_rounds=max_rounds,
+            progress=lambda r, left: bar.update(task, completed=pending - left))
+    if as_json:
+        _emit_json({"table": uri, "dry_run": False, "pending_records": summary.pending_records,
+                    "rounds": [asdict(r) for r in summary.rounds]})
+        return
+    mine = [r for r in summary.rounds if r.committed]
+    seconds = sum(r.seconds for r in summary.rounds)
+    _console().print(
+        f"{uri}: {len(summary.rounds)} round(s), {summary.rows:,} rows merged in "
+        f"{seconds:.1f}s ({len(summary.rounds) - len(mine)} already committed by another "
+        f"compactor); {summary.pending_records} record(s) still pending", soft_wrap=True)
 
 
 def run() -> None:

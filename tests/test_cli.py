@@ -192,7 +192,7 @@ def test_ordinary_mistakes_get_one_line_and_an_exit_code(table):
     one_line_error(invoke("shards", "gs://bucket/t.lance"), EXIT_USAGE,
                    "unsupported storage scheme")
     one_line_error(invoke("shards", "s3:///t.lance"), EXIT_USAGE, "has no bucket")
-    one_line_error(invoke("compact", uri), EXIT_ERROR, "compacted_sstables")
+    one_line_error(invoke("compact", uri), EXIT_ERROR, "no Lance table")
     # A damaged commit record is a runtime error, named, in one line.
     store.put(record_key(2), b"{not json")
     one_line_error(invoke("commits", uri), EXIT_ERROR, "commit record", "is corrupt")
@@ -258,3 +258,33 @@ def test_wrong_s3_prefix_or_bucket_is_exit_3(table):
     one_line_error(invoke("commits", wrong, *args), EXIT_NOT_FOUND, "not a memwal table")
     one_line_error(invoke("shards", "s3://no-such-bucket-x/t.lance", *args), EXIT_NOT_FOUND,
                    "bucket 'no-such-bucket-x' does not exist")
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_compact_dry_run_then_compacts_and_says_so(location):
+    from memwal_datasource.table import create_table, read_table
+
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+    store = open_store(uri, opts)
+    for i in range(3):
+        app = WalAppender.open(store, SHARD)
+        app.append(SCHEMA, [batch([i, 10 + i])])
+        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
+                                                        app.last_position, 2)])
+    args = [x for k, v in opts.items() for x in ("--storage", f"{k}={v}")]
+    out = invoke("compact", uri, "--dry-run", *args)
+    assert out.exit_code == 0 and "3 commit record(s) to compact (dry run" in out.stdout
+    assert read_table(uri, opts).num_rows == 6 and not any(store.list("_memwal_compaction/"))
+    out = invoke("compact", uri, "--max-records-per-round", "2", "--json", *args)
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.stdout)
+    assert [r["number"] for r in body["rounds"]] == [1, 2] and body["pending_records"] == 0
+    import lance
+
+    from memwal_datasource.options import lance_storage_options
+
+    base = lance.dataset(uri, storage_options=lance_storage_options(opts)).to_table()
+    assert sorted(base.column("id").to_pylist()) == [0, 1, 2, 10, 11, 12]
+    out = invoke("compact", uri, *args)
+    assert out.exit_code == 0 and "0 commit record(s) to compact" in out.stdout
