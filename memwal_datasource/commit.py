@@ -52,6 +52,10 @@ CHECKPOINT_FORMAT = 1
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
 APPEND = "append"
 OVERWRITE = "overwrite"
+# A garbage collection: ``extra["floors"]`` maps shards to the first WAL position it
+# keeps. No later record may name a position below a shard's floor.
+GC = "gc"
+KINDS = (APPEND, OVERWRITE, GC)
 
 
 def record_key(sequence: int) -> str:
@@ -168,11 +172,14 @@ class Checkpoint:
     records: int = 0
     last_overwrite: int | None = None
     created_ms: int = 0
+    floors: dict[str, int] = field(default_factory=dict)  # shard: first WAL position kept
 
     def fold(self, rec: CommitRecord) -> None:
         """Apply the next record, ``sequence + 1``."""
         self.sequence += 1
         self.records += 1
+        for shard, floor in (rec.extra.get("floors", {}) if rec.kind == GC else {}).items():
+            self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
         if rec.kind == OVERWRITE:
             self.visible = []
             self.last_overwrite = self.sequence
@@ -184,11 +191,13 @@ class Checkpoint:
 
     def copy(self) -> Checkpoint:
         """A copy that folding does not share."""
-        return replace(self, visible=list(self.visible), txn=dict(self.txn))
+        return replace(self, visible=list(self.visible), txn=dict(self.txn),
+                       floors=dict(self.floors))
 
     def state(self) -> tuple:
         """What two checkpoints of the same records agree on (``created_ms`` aside)."""
-        return self.sequence, self.visible, self.txn, self.records, self.last_overwrite
+        return (self.sequence, self.visible, self.txn, self.records, self.last_overwrite,
+                self.floors)
 
     def to_json(self) -> bytes:
         """The checkpoint's storage form."""
@@ -198,6 +207,7 @@ class Checkpoint:
             "last_overwrite": self.last_overwrite,
             "visible": [_range_to_dict(r) for r in self.visible],
             "txn": {app: list(v) for app, v in self.txn.items()},
+            "floors": self.floors,
         }, sort_keys=True).encode()
 
     @classmethod
@@ -216,7 +226,8 @@ class Checkpoint:
                           for app, v in body["txn"].items()},
                      records=int(body["records"]),
                      last_overwrite=None if last is None else int(last),
-                     created_ms=int(body.get("created_ms", 0)))
+                     created_ms=int(body.get("created_ms", 0)),
+                     floors={str(k): int(v) for k, v in body.get("floors", {}).items()})
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
@@ -498,8 +509,8 @@ class CommitLog:
         With ``txn``, a key already committed returns that record with
         ``created=False`` instead of committing the rows a second time.
         """
-        if kind not in (APPEND, OVERWRITE):
-            raise ValueError(f"commit kind must be '{APPEND}' or '{OVERWRITE}', got '{kind}'")
+        if kind not in KINDS:
+            raise ValueError(f"commit kind must be one of {KINDS}, got '{kind}'")
         rec = CommitRecord(sequence=0, kind=kind, job_id=job_id or uuid.uuid4().hex,
                            ranges=list(ranges), created_ms=int(time.time() * 1000),
                            writer_group=writer_group, query_id=query_id, batch_id=batch_id,
@@ -516,6 +527,7 @@ class CommitLog:
                 done = self.committed_txn(txn, upto=seq - 1)
                 if done is not None:
                     return CommitResult(done, False)
+            self._check_floors(rec.ranges, seq)
             rec.sequence = seq
             key = record_key(seq)
             hooks.point("commit.before", sequence=seq)
@@ -527,6 +539,17 @@ class CommitLog:
                 self._auto_checkpoint(seq)
                 return CommitResult(rec, True)
             seq += 1  # another job took this number; it is checked on the next pass
+
+    def _check_floors(self, ranges: list[CommittedRange], seq: int) -> None:
+        """Refuse ranges a garbage collection before ``seq`` has released."""
+        floors = self._fold(seq - 1).floors if ranges else {}
+        for r in ranges:
+            if r.first < floors.get(r.shard_id, 0):
+                raise CommitRefused(
+                    f"cannot commit WAL positions {r.first}..{r.last} of shard {r.shard_id} "
+                    f"(epoch {r.epoch}): garbage collection released positions below "
+                    f"{floors[r.shard_id]} while this job ran (its writer was fenced). "
+                    "Nothing was committed; run the job again")
 
     def _auto_checkpoint(self, seq: int) -> None:
         if not self.checkpoint_interval or seq % self.checkpoint_interval:
@@ -544,6 +567,10 @@ class CommitLog:
     def visible(self) -> list[CommittedRange]:
         """Ranges visible to a committed reader: all since the last overwrite."""
         return list(self._fold().visible)
+
+class CommitRefused(MemWalError):
+    """A commit names WAL entries it may no longer commit; nothing was committed."""
+
 
 class CommittedView:
     """Fast membership test over committed ranges, per shard."""

@@ -35,6 +35,10 @@ class CorruptEntryError(MemWalError):
     """A WAL entry or manifest on storage could not be decoded."""
 
 
+class MissingEntryError(CorruptEntryError):
+    """A WAL entry that a committed range or a planned read names does not exist."""
+
+
 class ShardSealedError(MemWalError):
     """The shard manifest is SEALED: a drop is in flight and claims are refused."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from . import hooks
-from .errors import Fenced, OutcomeUnknown, WriterPoisoned
+from .errors import Fenced, MissingEntryError, OutcomeUnknown, WriterPoisoned
 from .format import (
     MEM_WAL_DIR,
     WalEntry,
@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 # conflicts, and re-discover the tip every TIP_REFRESH_EVERY of them.
 MAX_POSITION_CONFLICTS = 1024
 TIP_REFRESH_EVERY = 16
+# An appender idle this long re-checks the fence before its next append: a stall
+# that long may have spanned a newer claim or a garbage collection that freed the
+# slot it would write (collection retains much longer than this by default).
+FENCE_RECHECK_IDLE_S = 5.0
 
 
 def first_missing(exists: Callable[[int], bool], start: int) -> int:
@@ -103,6 +107,7 @@ class WalAppender:
         self.last_position: int | None = None
         self.sentinel_position: int | None = None
         self._error: Exception | None = None
+        self._last_ok = time.monotonic()
 
     @classmethod
     def open(
@@ -179,6 +184,8 @@ class WalAppender:
     def _append_bytes(self, data: bytes) -> AppendResult:
         if self._error is not None:
             raise self._error
+        if time.monotonic() - self._last_ok > FENCE_RECHECK_IDLE_S:
+            self._check_fence()
         conflicts = 0
         while True:
             pos = self.next_position
@@ -209,6 +216,7 @@ class WalAppender:
             else:
                 self.next_position = pos + 1
         hooks.point("append.after", shard=self.shard_id, epoch=self.epoch, position=pos)
+        self._last_ok = time.monotonic()
         self.next_position = pos + 1
         return AppendResult(pos, len(data), time.perf_counter() - t0)
 
@@ -233,8 +241,7 @@ class WalTailer:
             return None
         return decode_wal_entry(data, self._where(position))
 
-    def first_position(self) -> int:
-        """The lowest existing WAL position (the tip if the WAL is empty)."""
+    def _lowest_stored(self) -> int | None:
         lowest = None
         for key in self.store.list(f"{MEM_WAL_DIR}/{self.shard_id}/wal/"):
             if key.endswith(".arrow"):
@@ -243,6 +250,11 @@ class WalTailer:
                 except ValueError:
                     continue
                 lowest = p if lowest is None else min(lowest, p)
+        return lowest
+
+    def first_position(self) -> int:
+        """The lowest existing WAL position (the tip if the WAL is empty)."""
+        lowest = self._lowest_stored()
         return lowest if lowest is not None else self.next_position()
 
     def next_position(self) -> int:
@@ -251,9 +263,11 @@ class WalTailer:
         seed = 1
         if m is not None:
             seed = max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1
-            # The hint may point past GC'd or never-written space; fall back to 1.
             if seed > 1 and not self.store.exists(wal_key(self.shard_id, seed - 1)):
-                seed = 1
+                # Collected below the hint: gallop from the lowest entry still stored
+                # (probing from 1 would find the freed slots and call the WAL empty).
+                lowest = self._lowest_stored()
+                seed = lowest if lowest is not None else seed
         return find_tip(self.store, self.shard_id, seed)
 
     def entries(
@@ -261,12 +275,20 @@ class WalTailer:
     ) -> Iterator[tuple[int, WalEntry]]:
         """Yield ``(position, entry)`` from ``start`` to ``end`` (inclusive) or the tip.
 
-        Holds one entry in memory at a time. Stops at the first missing position.
+        Holds one entry in memory at a time. Without ``end`` it stops at the tip;
+        with ``end`` every position must exist: a missing entry inside a range a
+        caller was promised (a committed range, a planned partition) raises
+        :class:`MissingEntryError` naming it, never a silently shorter read.
         """
         pos = max(1, start)
         while end is None or pos <= end:
             entry = self.read(pos)
             if entry is None:
+                if end is not None:
+                    raise MissingEntryError(
+                        f"WAL entry {self._where(pos)} is missing, inside the range "
+                        f"{start}..{end} being read (deleted by hand, or by a garbage "
+                        "collection this reader started before); nothing was returned past it")
                 return
             if include_sentinels or not entry.is_sentinel:
                 yield pos, entry

@@ -260,6 +260,10 @@ class WalOnlyShardWriter(ShardWriter):
         self._join()
         with self._cond:
             self._raise_if_failed()
+        if self._stats.rows:
+            # A writer that stalled across a newer claim (a retried attempt, a garbage
+            # collection that freed the slots it then wrote) must not report success.
+            self._appender._check_fence()  # noqa: SLF001 - same package, terminal on failure
         hooks.point("writer.closed", shard=self.shard_id, epoch=self.epoch)
 
     def abort(self) -> None:
