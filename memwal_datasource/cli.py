@@ -715,6 +715,48 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int
         f"compactor); {summary.pending_records} record(s) still pending", soft_wrap=True)
 
 
+@main.command(epilog=EPILOG)
+@click.argument("uri", metavar="PATH")
+@click.option("--dry-run", is_flag=True, help="list what would be deleted, with sizes")
+@click.option("--retain-hours", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="keep WAL entries and commit records committed more recently than this")
+@click.option("--retain-manifest-versions", type=click.IntRange(min=1), default=10,
+              show_default=True, help="shard manifest versions to keep per shard")
+@json_opt
+@storage_opt
+def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: int,
+       as_json: bool, storage: dict[str, str]) -> None:
+    """Delete what compaction made unnecessary, behind a fence.
+
+    Each shard that loses WAL entries is fenced first (a new epoch and a sentinel),
+    so a writer stalled across the collection fails instead of landing in a freed
+    slot, and a job committing released positions is refused. Run it after
+    `memwal compact`, e.g. hourly; streams further behind than the retention must
+    restart.
+    """
+    from .gc import collect
+    from .table import MemWalTable
+
+    open_table(uri, storage)
+    done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
+                   retain_manifest_versions=retain_manifest_versions, dry_run=dry_run)
+    groups = {"wal_entries": [i for s in done.shards for i in s.entries],
+              "commit_records": done.records, "manifest_versions": done.manifests,
+              "round_intents": done.rounds}
+    if as_json:
+        _emit_json({"table": uri, "dry_run": dry_run, "bytes": done.bytes,
+                    "floors": {s.shard_id: s.floor for s in done.shards},
+                    **{k: [{"key": key, "bytes": n} for key, n in v] for k, v in groups.items()}})
+        return
+    console = _console()
+    if dry_run:
+        for key, n in done.items():
+            console.print(f"{human_size(n):>10}  {key}", soft_wrap=True)
+    verb = "would delete" if dry_run else "deleted"
+    counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in groups.items())
+    console.print(f"{uri}: {verb} {counts} ({human_size(done.bytes)})", soft_wrap=True)
+
+
 def run() -> None:
     """Console-script entry point (errors are already one line with an exit code)."""
     main()

@@ -288,3 +288,29 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
     assert sorted(base.column("id").to_pylist()) == [0, 1, 2, 10, 11, 12]
     out = invoke("compact", uri, *args)
     assert out.exit_code == 0 and "0 commit record(s) to compact" in out.stdout
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_gc_dry_run_lists_then_deletes(location):
+    from memwal_datasource.compact import compact
+    from memwal_datasource.table import MemWalTable, create_table
+
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+    store = open_store(uri, opts)
+    for i in range(2):
+        app = WalAppender.open(store, SHARD)
+        app.append(SCHEMA, [batch([i])])
+        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
+                                                        app.last_position, 1)])
+    compact(MemWalTable(uri, opts))
+    out = invoke("gc", uri, "--retain-hours", "0", "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "would delete" in out.stdout and "wal entries" in out.stdout
+    listed = [line.split()[-1] for line in out.stdout.splitlines() if "/wal/" in line]
+    assert listed and all(store.exists(k) for k in listed)
+    body = json.loads(invoke("gc", uri, "--retain-hours", "0", "--json").stdout)
+    assert [e["key"] for e in body["wal_entries"]] == listed
+    assert not any(store.exists(k) for k in listed)
+    assert "would delete 0 wal entries" in invoke("gc", uri, "--retain-hours", "0",
+                                                  "--dry-run").stdout
