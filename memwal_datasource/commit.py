@@ -178,8 +178,13 @@ class Checkpoint:
         """Apply the next record, ``sequence + 1``."""
         self.sequence += 1
         self.records += 1
-        for shard, floor in (rec.extra.get("floors", {}) if rec.kind == GC else {}).items():
-            self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
+        if rec.kind == GC:
+            for shard, floor in rec.extra.get("floors", {}).items():
+                self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
+            # Released ranges are in the base table: dropping them keeps checkpoints
+            # O(uncompacted ranges), not O(history).
+            self.visible = [r for r in self.visible
+                            if r.last >= self.floors.get(r.shard_id, 0)]
         if rec.kind == OVERWRITE:
             self.visible = []
             self.last_overwrite = self.sequence

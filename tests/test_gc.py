@@ -70,6 +70,10 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     with ds.mem_wal_writer(shard, max_wal_flush_interval_ms=10) as native:
         seen = native.lsm_scanner().to_table().column("id").to_pylist()
     assert set(seen) >= {0, 1, 2, 3, 100, 101, 102, 103, 7, 8}
+    # Checkpoints forget released ranges: they stay O(uncompacted), not O(history).
+    ck = CommitLog(store).checkpoint()
+    assert ck.visible and all(r.last >= ck.floors[r.shard_id] for r in ck.visible)
+    assert len(ck.visible) < ck.records
     again = collect(MemWalTable(uri, opts), retain_seconds=0)
     assert again.shards == [] and again.records == []  # nothing more to release
 
