@@ -75,7 +75,10 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     assert ck.visible and all(r.last >= ck.floors[r.shard_id] for r in ck.visible)
     assert len(ck.visible) < ck.records
     again = collect(MemWalTable(uri, opts), retain_seconds=0)
-    assert again.shards == [] and again.records == []  # nothing more to release
+    assert again.shards == []  # no WAL entry left to release
+    assert again.records  # the checkpoint now stands for the released records: they go
+    assert not store.exists(again.records[0][0])
+    assert rows(uri, opts) == before  # and every reader still agrees
 
 
 def test_retention_keeps_recent_entries(pk_table):
