@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from ..commit import Txn
 from ..config import ShardWriterConfig
@@ -46,6 +47,11 @@ READ_OPTIONS = {
     "max_entries_per_trigger": "streaming: at most this many WAL entries per micro-batch",
     "max_rows_per_trigger": "streaming: about this many rows per micro-batch",
     "poll_interval_ms": "unused by Spark's engine; accepted for compatibility",
+    "starting_commit": "streaming: where a new query starts: 'earliest' (default), 'latest', a "
+                       "commit sequence number (that record first) or an ISO-8601 time (the "
+                       "first record created at or after it)",
+    "starting_timestamp": "streaming: start at the first commit record created at or after "
+                          "this time (epoch milliseconds or ISO-8601)",
 }
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Keys Spark itself adds (catalog table properties for CREATE TABLE ... USING).
@@ -177,6 +183,58 @@ def _positions(options: Mapping[str, str], name: str, keyword: str) -> dict[str,
 
 
 @dataclass(frozen=True)
+class StreamStart:
+    """Where a new streaming query starts (a checkpoint, once written, decides instead).
+
+    ``kind`` is ``earliest``, ``latest``, ``commit`` (``value`` is a sequence
+    number, served first) or ``timestamp`` (``value`` is epoch milliseconds:
+    the first record created at or after it is served first).
+    """
+
+    kind: str
+    value: int = 0
+
+
+def parse_time_ms(name: str, raw: str, allow_millis: bool) -> int:
+    """Epoch milliseconds from ISO-8601 (local time unless it has an offset) or digits."""
+    text = raw.strip()
+    if allow_millis and text.isdigit():
+        return int(text)
+    try:
+        iso = text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text
+        return int(datetime.fromisoformat(iso).timestamp() * 1000)
+    except (ValueError, IndexError, OverflowError, OSError):
+        millis = "epoch milliseconds or " if allow_millis else ""
+        raise ConfigError(f"option '{name}' must be {millis}an ISO-8601 time such as "
+                          f"2026-01-31T12:00:00Z, got '{raw}'") from None
+
+
+def _stream_start(options: Mapping[str, str]) -> StreamStart | None:
+    commit, stamp = options.get("starting_commit"), options.get("starting_timestamp")
+    if commit is not None and stamp is not None:
+        raise ConfigError("set one of options 'starting_commit' and 'starting_timestamp', "
+                          "not both")
+    if stamp is not None:
+        return StreamStart("timestamp", parse_time_ms("starting_timestamp", stamp, True))
+    if commit is None:
+        return None
+    value = commit.strip().lower()
+    if value in ("earliest", "latest"):
+        return StreamStart(value)
+    if value.isdigit():
+        if int(value) < 1:
+            raise ConfigError(f"option 'starting_commit' must be a commit sequence number >= 1 "
+                              f"(records are numbered from 1), got '{commit}'")
+        return StreamStart("commit", int(value))
+    try:
+        return StreamStart("timestamp", parse_time_ms("starting_commit", commit, False))
+    except ConfigError:
+        raise ConfigError(f"option 'starting_commit' must be 'earliest', 'latest', a commit "
+                          f"sequence number or an ISO-8601 time such as 2026-01-31T12:00:00Z, "
+                          f"got '{commit}'") from None
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """Everything a batch or streaming read needs, validated."""
 
@@ -190,6 +248,7 @@ class ReadOptions:
     max_entries_per_trigger: int | None
     max_rows_per_trigger: int | None
     storage: dict[str, str] = field(repr=False)
+    stream_start: StreamStart | None = None  # None: not set (a stream starts at the earliest)
 
     @property
     def committed(self) -> bool:
@@ -223,4 +282,5 @@ class ReadOptions:
             max_entries_per_trigger=_positive_int(opts, "max_entries_per_trigger"),
             max_rows_per_trigger=_positive_int(opts, "max_rows_per_trigger"),
             storage=storage_options(opts),
+            stream_start=_stream_start(opts),
         )

@@ -1,13 +1,30 @@
-"""``MemWalDataSource``: the ``memwal`` format for Spark's Python Data Source API."""
+"""``MemWalDataSource``: the ``memwal`` format for Spark's Python Data Source API.
+
+Everything a write or read can be refused for is checked here, on the driver,
+before any task runs: options, the DataFrame's column types (named when the
+Arrow path cannot carry them), reserved column names, the table's schema.
+
+Spark hands a writer its batches as its Arrow conversion makes them; two of
+their quirks are fixed here before the shard writer sees a batch
+(:func:`conform`): timestamps arrive in the session time zone (the table
+stores them as UTC instants: the same values), and Arrow decimals read off
+Spark's socket may sit at addresses pylance's native writer cannot import
+(MemTable mode copies them to aligned memory).
+"""
 
 from __future__ import annotations
 
+import os
+import posixpath
 import uuid
+from collections.abc import Iterator
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from ..commit import OVERWRITE, Txn, stream_app_id
 from ..errors import ConfigError
 from ..store import S3Store, open_store
 from ..table import (
@@ -19,15 +36,172 @@ from ..table import (
     table_exists,
 )
 from .options import ReadOptions, WriteOptions
-from .reader import MemWalBatchReader, output_schema
-from .stream import MemWalStreamReader
-from .writer import MemWalBatchWriter, MemWalStreamWriter
+from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
+from .stream import MemWalStreamReader, refuse_unsupported
+from .writer import (
+    MemWalBatchWriter,
+    MemWalCommitMessage,
+    MemWalStreamWriter,
+    commit_job,
+)
+
+# Column names the MemWAL format gives a meaning of its own.
+RESERVED_COLUMNS = {TOMBSTONE: "it marks deleted rows in the MemWAL format"}
 
 
-def _to_arrow(schema: StructType) -> pa.Schema:
+# --- types ------------------------------------------------------------------
+
+def table_schema_for(spark_schema: StructType) -> pa.Schema:
+    """The Arrow schema a table gets for a DataFrame; refuses what it cannot store.
+
+    Names the column and the reason for a reserved name or a type Spark's Arrow
+    path cannot carry. Timestamps with a time zone become UTC instants.
+    """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema)
+    fields = []
+    for f in spark_schema.fields:
+        why = RESERVED_COLUMNS.get(f.name.lower())
+        if why:
+            raise ConfigError(f"column '{f.name}' is reserved: {why}; rename it, e.g. "
+                              f".withColumnRenamed('{f.name}', '{f.name.lstrip('_')}')")
+        try:
+            (field,) = to_arrow_schema(StructType([f]), timezone="UTC")
+        except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"column '{f.name}' has type {f.dataType.simpleString()}, which Spark's Arrow "
+                f"path cannot carry ({reason}); cast it (e.g. to string or a number) before "
+                "writing") from None
+        fields.append(field)
+    return pa.schema(fields)
+
+
+def _without_tz(t: pa.DataType) -> pa.DataType:
+    """``t`` with every zoned timestamp in it set to UTC (zones only label instants)."""
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return pa.timestamp(t.unit, tz="UTC")
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_without_tz(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_without_tz(t.key_type)),
+                       t.item_field.with_type(_without_tz(t.item_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_without_tz(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_without_tz(t.value_type)))
+    return t
+
+
+def _has_decimal(t: pa.DataType) -> bool:
+    if pa.types.is_decimal(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_decimal(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _has_decimal(t.key_type) or _has_decimal(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_decimal(t.value_type)
+    return False
+
+
+def _aligned(arr: pa.Array) -> pa.Array:
+    """``arr`` with every buffer 16-byte aligned (copied only when one is not)."""
+    if all(b is None or b.address % 16 == 0 for b in arr.buffers()):
+        return arr
+    import numpy as np
+
+    return arr.take(pa.array(np.arange(len(arr), dtype=np.int64)))
+
+
+def align_timestamps(incoming: pa.Schema, table: pa.Schema) -> pa.Schema:
+    """``incoming`` with each zoned timestamp labelled in the table's zone."""
+    if incoming.names != table.names:
+        return incoming
+    return pa.schema([t if not i.type.equals(t.type)
+                      and _without_tz(i.type).equals(_without_tz(t.type))
+                      else i for i, t in zip(incoming, table, strict=True)])
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema, realign: bool) -> pa.RecordBatch:
+    """A Spark batch as the table stores it: zoned timestamps relabelled, decimals aligned.
+
+    Anything else that differs is left for the shard writer to refuse, naming it.
+    """
+    if batch.schema.names != schema.names:
+        return batch
+    cols, fields, changed = [], [], False
+    for col, got, want in zip(batch.columns, batch.schema, schema, strict=True):
+        if not col.type.equals(want.type) and _without_tz(col.type).equals(
+                _without_tz(want.type)):
+            col, changed = col.cast(want.type), True
+        if realign and _has_decimal(col.type):
+            fixed = _aligned(col)
+            col, changed = fixed, changed or fixed is not col
+        cols.append(col)
+        fields.append(got.with_type(col.type))
+    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)) if changed else batch
+
+
+def _conformed(batches: Iterator[pa.RecordBatch], schema: pa.Schema,
+               realign: bool) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield conform(batch, schema, realign)
+
+
+# --- writers ----------------------------------------------------------------
+
+class SparkBatchWriter(MemWalBatchWriter):
+    """:class:`MemWalBatchWriter` fed batches through :func:`conform`."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
+        return super().write(_conformed(iterator, self.schema,
+                                        self.opts.config.enable_memtable))
+
+
+class SparkStreamWriter(MemWalStreamWriter):
+    """:class:`MemWalStreamWriter` fed through :func:`conform`; honours complete mode.
+
+    ``outputMode("complete")`` reaches a sink as ``overwrite=True``: every
+    micro-batch is the whole result, so each commits as an overwrite record
+    (it hides everything before it, atomically), keyed like any micro-batch so
+    a replayed batch commits once. Spark itself refuses ``update`` mode.
+    """
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
+        return super().write(_conformed(iterator, self.schema,
+                                        self.opts.config.enable_memtable))
+
+    def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
+        if not self.overwrite:
+            super().commit(messages, batchId)
+            return
+        commit_job(self.opts, messages, OVERWRITE, f"{self.query_id}:{batchId}", self.started,
+                   query_id=self.query_id, batch_id=batchId,
+                   txn=Txn(stream_app_id(self.query_id), batchId))
+
+
+def checkpoint_query_id(location: str) -> str:
+    """A stream's identity: uuid5 of its normalised checkpoint location.
+
+    Spark's Python API gives a sink its options only (not Spark's query id),
+    so the checkpoint location is the stable identity. It is normalised first,
+    so ``ck``, ``ck/``, ``./ck``, ``/abs/ck`` and ``file:///abs/ck`` are one
+    query: local paths become absolute (relative ones against the working
+    directory, as Spark resolves them), ``file:`` URIs become paths, and other
+    URIs lose trailing slashes and ``.`` segments. An absolute path or URI
+    keeps the identity earlier versions derived from it.
+    """
+    text = location.strip()
+    parsed = urlparse(text)
+    scheme = parsed.scheme.lower()
+    if len(scheme) <= 1 or scheme == "file":  # a plain path, a drive letter, or file:
+        path = unquote(parsed.path) if scheme == "file" else text
+        canonical = os.path.normpath(os.path.abspath(path))
+    else:
+        path = posixpath.normpath(parsed.path).rstrip("/") if parsed.path else ""
+        canonical = f"{scheme}://{parsed.netloc}{'' if path == '.' else path}"
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, canonical))
 
 
 def _check_store(path: str, storage: dict[str, str]) -> None:
@@ -39,11 +213,11 @@ def _check_store(path: str, storage: dict[str, str]) -> None:
 
 def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     """Create the table from the DataFrame's schema, or check it against the table's."""
+    incoming = table_schema_for(spark_schema)
     _check_store(opts.path, opts.storage)
-    incoming = _to_arrow(spark_schema)
     if table_exists(opts.path, opts.storage):
         table = open_table(opts.path, opts.storage).schema
-        problem = schema_mismatch(data_schema(table), incoming)
+        problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table))
         if problem:
             raise ConfigError(f"DataFrame does not match the table at {opts.path}: {problem}")
         existing_pk = tuple(primary_key_of(table))
@@ -65,7 +239,14 @@ class MemWalDataSource(DataSource):
 
     def _read_opts(self) -> tuple[ReadOptions, pa.Schema]:
         opts = ReadOptions.parse(dict(self.options))
-        return opts, open_table(opts.path, opts.storage).schema
+        table = open_table(opts.path, opts.storage).schema
+        if opts.metadata_columns:
+            taken = [f.name for f in METADATA_FIELDS if f.name != TOMBSTONE
+                     and f.name in table.names]
+            if taken:
+                raise ConfigError(f"option 'metadata_columns' adds column(s) {taken}, which the "
+                                  f"table at {opts.path} already has; read without it")
+        return opts, table
 
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -75,15 +256,21 @@ class MemWalDataSource(DataSource):
 
     def reader(self, schema: StructType) -> MemWalBatchReader:
         opts, table = self._read_opts()
+        if opts.stream_start is not None:
+            name = next(k for k in ("starting_commit", "starting_timestamp")
+                        if k in {o.lower() for o in dict(self.options)})
+            raise ConfigError(f"option '{name}' applies to spark.readStream only; a batch read "
+                              "takes 'starting_positions' / 'ending_positions' per shard")
         return MemWalBatchReader(opts, table)
 
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802
         opts, table = self._read_opts()
+        refuse_unsupported(opts)
         return MemWalStreamReader(opts, table)
 
     def writer(self, schema: StructType, overwrite: bool) -> MemWalBatchWriter:
         opts = WriteOptions.parse(dict(self.options))
-        return MemWalBatchWriter(opts, prepare_table(opts, schema), overwrite)
+        return SparkBatchWriter(opts, prepare_table(opts, schema), overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MemWalStreamWriter:  # noqa: N802
         raw = {k.lower(): v for k, v in dict(self.options).items()}
@@ -93,6 +280,6 @@ class MemWalDataSource(DataSource):
             if not location:
                 raise ConfigError("a memwal stream sink needs option 'checkpointLocation' (or "
                                   "'query_id') to commit each micro-batch exactly once")
-            query_id = str(uuid.uuid5(uuid.NAMESPACE_URL, location))
+            query_id = checkpoint_query_id(location)
         opts = WriteOptions.parse(raw)
-        return MemWalStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)
+        return SparkStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)

@@ -8,6 +8,16 @@ after a later job's record for the same shard, and a position-only offset
 would skip it. Each micro-batch serves the ranges of the records after the
 start offset, so only committed entries are served, each exactly once, and a
 restart from the checkpoint resumes exactly where it stopped.
+
+Where a new query starts is ``starting_commit`` / ``starting_timestamp``
+(:func:`resolve_start`); with a checkpoint, the checkpoint decides. Every
+offset also carries ``origin``, the start resolved for the query's first
+micro-batch: Spark asks for the initial offset again when it re-runs batch 0
+after a restart, and ``latest`` may have moved by then, so batch 0 is planned
+from the ``origin`` its stored end offset carries.
+
+A stream serves committed entries only, in commit order, without end:
+:func:`refuse_unsupported` rejects the read options it cannot honour.
 """
 
 from __future__ import annotations
@@ -18,9 +28,47 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 
 from ..commit import CommitLog
+from ..errors import ConfigError
 from ..store import open_store
-from .options import ReadOptions
+from .options import ReadOptions, StreamStart
 from .reader import WalRange, read_partition, split
+
+
+def refuse_unsupported(opts: ReadOptions) -> None:
+    """Fail on the driver, naming the option, for what a stream cannot honour."""
+    if not opts.committed:
+        raise ConfigError(
+            "option 'isolation=read_uncommitted' is not supported by readStream: a stream "
+            "serves committed entries only, in commit order; use spark.read for the raw log")
+    if opts.ending is not None:
+        raise ConfigError(
+            "option 'ending_positions' is not supported by readStream: a stream has no end; "
+            "use spark.read, or .trigger(availableNow=True) to stop once caught up")
+    if opts.starting is not None:
+        raise ConfigError(
+            "option 'starting_positions' (per-shard positions) is not supported by "
+            "readStream: a stream starts at a commit record; use 'starting_commit' "
+            "(earliest, latest, a sequence number or a time) or 'starting_timestamp'")
+
+
+def resolve_start(log: CommitLog, start: StreamStart | None, path: str) -> int:
+    """The sequence of the last commit record a new query treats as already served."""
+    if start is None or start.kind == "earliest":
+        return 0
+    last = log.next_sequence() - 1
+    if start.kind == "latest":
+        return last
+    if start.kind == "commit":
+        if start.value > last + 1:
+            raise ConfigError(
+                f"option 'starting_commit' is {start.value} but the commit log of {path} ends "
+                f"at record {last}; use 'latest' to start after the last record")
+        return start.value - 1
+    for rec in log.records():
+        if rec.created_ms >= start.value:
+            return rec.sequence - 1
+        last = max(last, rec.sequence)
+    return last
 
 
 class MemWalStreamReader(DataSourceStreamReader):
@@ -30,6 +78,7 @@ class MemWalStreamReader(DataSourceStreamReader):
         self.opts = opts
         self.table_schema = table_schema
         self._log: CommitLog | None = None
+        self._origin: int | None = None  # the resolved start, once per query run
 
     @property
     def log(self) -> CommitLog:
@@ -43,7 +92,11 @@ class MemWalStreamReader(DataSourceStreamReader):
         return state
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
-        return {"commit": 0, "positions": {}}
+        # Spark asks on every trigger until a first batch is planned: resolve once,
+        # or a moving 'latest' would skip records that arrived in between.
+        if self._origin is None:
+            self._origin = resolve_start(self.log, self.opts.stream_start, self.opts.path)
+        return {"commit": self._origin, "positions": {}, "origin": self._origin}
 
     def getDefaultReadLimit(self):  # noqa: N802
         from pyspark.sql.datasource import ReadAllAvailable
@@ -74,14 +127,22 @@ class MemWalStreamReader(DataSourceStreamReader):
                 rows += r.rows
                 entries += r.last - r.first + 1
                 positions[r.shard_id] = max(positions.get(r.shard_id, 1), r.last + 1)
-        return {"commit": seq, "positions": positions}
+        end = {"commit": seq, "positions": positions}
+        if "origin" in start:
+            end["origin"] = start["origin"]
+        return end
 
     def reportLatestOffset(self):  # noqa: N802
         return None
 
     def partitions(self, start: dict, end: dict) -> list[WalRange]:
         parts: list[WalRange] = []
-        for seq in range(int(start["commit"]) + 1, int(end["commit"]) + 1):
+        first = int(start["commit"])
+        if "origin" in end and start.get("origin") != end["origin"]:
+            # Batch 0 re-run after a restart: Spark passes a freshly resolved initial
+            # offset; the stored end offset remembers the start it was planned from.
+            first = int(end["origin"])
+        for seq in range(first + 1, int(end["commit"]) + 1):
             # A stream is append-only: an overwrite's new rows are served like
             # any others (the rows it hid were served when they were committed).
             for r in self.log.read(seq).ranges:

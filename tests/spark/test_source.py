@@ -124,3 +124,35 @@ def test_option_parsing_units():
                        ({"metadata_columns": "2"}, "option 'metadata_columns' must be true")]:
         with pytest.raises(ConfigError, match=match):
             ReadOptions.parse({"path": "p", **bad})
+
+
+def test_stream_start_option_parsing():
+    from datetime import datetime
+
+    from memwal_datasource.spark.options import StreamStart
+
+    def start(**options):
+        return ReadOptions.parse({"path": "p", **options}).stream_start
+
+    noon_utc = 1769860800000  # 2026-01-31T12:00:00Z
+    assert start() is None
+    assert start(starting_commit="LATEST") == StreamStart("latest")
+    assert start(starting_commit="earliest") == StreamStart("earliest")
+    assert start(starting_commit="12") == StreamStart("commit", 12)
+    assert start(starting_commit="2026-01-31T12:00:00Z") == StreamStart("timestamp", noon_utc)
+    assert start(starting_commit="2026-01-31T13:00:00+01:00") == \
+        StreamStart("timestamp", noon_utc)
+    local_noon = int(datetime(2026, 1, 31, 12).timestamp() * 1000)
+    assert start(starting_commit="2026-01-31T12:00:00") == StreamStart("timestamp", local_noon)
+    assert start(starting_timestamp=str(noon_utc)) == StreamStart("timestamp", noon_utc)
+    assert start(starting_timestamp="2026-01-31T12:00:00z") == StreamStart("timestamp", noon_utc)
+    for bad, match in [({"starting_commit": "0"}, "'starting_commit' must be a commit sequence "
+                                                  "number >= 1"),
+                       ({"starting_commit": "-3"}, "'starting_commit' must be 'earliest'"),
+                       ({"starting_commit": "soon"}, "'starting_commit' must be 'earliest'"),
+                       ({"starting_timestamp": "yesterday"},
+                        "'starting_timestamp' must be epoch milliseconds or an ISO-8601"),
+                       ({"starting_commit": "1", "starting_timestamp": "5"},
+                        "set one of options 'starting_commit' and 'starting_timestamp'")]:
+        with pytest.raises(ConfigError, match=match):
+            ReadOptions.parse({"path": "p", **bad})

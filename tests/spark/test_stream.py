@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import uuid
 
 import pyarrow as pa
 import pytest
@@ -158,3 +160,203 @@ def test_commit_logs_one_summary_line_without_secrets(tmp_path, caplog):
     assert len(lines) == 1
     assert "1 tasks, 2 rows" in lines[0] and "1 WAL entries" in lines[0]
     assert "top-secret-value" not in lines[0] and "***" in lines[0]
+
+
+# --- where a source starts, and what it refuses --------------------------------
+
+def write_batch(spark, uri, lo, hi):
+    """One batch job: one commit record holding ids lo..hi-1."""
+    spark.range(lo, hi, numPartitions=1).selectExpr("id", "cast(id as string) as v").write \
+        .format("memwal").mode("append").option("enable_memtable", "false").save(uri)
+
+
+def source_ids(spark, uri, ck, name, **options) -> list[int]:
+    """Run a memwal source with ``options`` into a memory sink until caught up."""
+    r = spark.readStream.format("memwal")
+    for k, v in options.items():
+        r = r.option(k, v)
+    q = (r.load(uri).writeStream.format("memory").queryName(name)
+         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    assert q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    return sorted(row.id for row in spark.sql(f"SELECT id FROM {name}").collect())
+
+
+def start_error(spark, uri, ck, **options) -> str:
+    """The error a memwal source query with ``options`` fails with (it must fail)."""
+    jobs_before = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    r = spark.readStream.format("memwal")
+    for k, v in options.items():
+        r = r.option(k, v)
+    try:
+        q = (r.load(uri).writeStream.format("memory").queryName("refused")
+             .option("checkpointLocation", ck).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        error = q.exception()
+    except Exception as exc:  # noqa: BLE001 - refused at start() is as good
+        error = exc
+    assert error is not None, f"{options} was accepted"
+    # Refused on the driver: no Spark job ran.
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs_before
+    return str(error)
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_source_starting_commit_and_timestamp(spark, spark_location, tmp_path):
+    from datetime import datetime, timezone
+
+    uri, _ = spark_location
+    for lo in (0, 10, 20):
+        write_batch(spark, uri, lo, lo + 10)
+    r1, r2, _ = CommitLog(open_store(uri)).records()
+    assert r1.created_ms < r2.created_ms  # the jobs ran one after another
+    iso = datetime.fromtimestamp(r2.created_ms / 1000, tz=timezone.utc).isoformat()
+    cases = [({}, 0), ({"starting_commit": "earliest"}, 0), ({"starting_commit": "2"}, 10),
+             ({"starting_commit": "4"}, 30), ({"starting_commit": iso}, 10),
+             ({"starting_timestamp": str(r2.created_ms)}, 10),
+             ({"starting_timestamp": iso.replace("+00:00", "Z")}, 10)]
+    for i, (options, first) in enumerate(cases):
+        got = source_ids(spark, uri, str(tmp_path / f"ck{i}"), f"start{i}", **options)
+        assert got == list(range(first, 30)), options
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_source_starting_latest_serves_only_new_commits(spark, spark_location, tmp_path):
+    uri, _ = spark_location
+    write_batch(spark, uri, 0, 10)
+    q = (spark.readStream.format("memwal").option("starting_commit", "latest").load(uri)
+         .writeStream.format("memory").queryName("latest")
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        q.processAllAvailable()
+        write_batch(spark, uri, 10, 20)
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert q.exception() is None
+    assert sorted(r.id for r in spark.sql("SELECT id FROM latest").collect()) == \
+        list(range(10, 20))
+
+
+def test_batch_zero_rerun_plans_from_its_stored_origin(tmp_path):
+    """Spark asks for the initial offset again when it re-runs batch 0 after a restart;
+    'latest' may have moved by then, so batch 0 is planned from its stored origin."""
+    from pyspark.sql.datasource import ReadAllAvailable
+
+    from memwal_datasource.commit import APPEND, CommittedRange
+    from memwal_datasource.spark.options import ReadOptions
+    from memwal_datasource.spark.stream import MemWalStreamReader
+
+    uri = str(tmp_path / "t.lance")
+    log = CommitLog(open_store(uri))
+    shard = "6f1c1e1e-0000-4000-8000-0000000000aa"
+
+    def commit(position: int) -> None:
+        log.append(APPEND, [CommittedRange(shard, 1, position, position, 1, 1)])
+
+    opts = ReadOptions.parse({"path": uri, "starting_commit": "latest"})
+    commit(1)
+    reader = MemWalStreamReader(opts, SCHEMA)
+    initial = reader.initialOffset()
+    assert initial["commit"] == 1
+    commit(2)
+    assert reader.initialOffset() == initial  # resolved once per run, though 'latest' moved
+    end = reader.latestOffset(initial, ReadAllAvailable())
+    assert (end["commit"], end["origin"]) == (2, 1)
+    commit(3)  # then the driver dies before batch 0 is marked done, and restarts
+    rerun = MemWalStreamReader(opts, SCHEMA)
+    fresh = rerun.initialOffset()
+    assert fresh["commit"] == 3
+    parts = rerun.partitions(fresh, end)
+    assert [(p.shard_id, p.first, p.last) for p in parts] == [(shard, 2, 2)]
+    # Later batches plan from their start as before.
+    nxt = rerun.latestOffset(end, ReadAllAvailable())
+    assert [(p.first, p.last) for p in rerun.partitions(end, nxt)] == [(3, 3)]
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_source_refuses_what_a_stream_cannot_honour(spark, spark_location, tmp_path):
+    uri, _ = spark_location
+    write_batch(spark, uri, 0, 10)
+    shard = '{"6f1c1e1e-0000-4000-8000-0000000000aa": 1}'
+    for i, (options, match) in enumerate([
+        ({"isolation": "read_uncommitted"}, "'isolation=read_uncommitted' is not supported by "
+                                            "readStream"),
+        ({"ending_positions": shard}, "option 'ending_positions' is not supported by readStream"),
+        ({"starting_positions": shard}, "option 'starting_positions' \\(per-shard positions\\) "
+                                        "is not supported by readStream"),
+        ({"starting_commit": "soon"}, "option 'starting_commit' must be 'earliest', 'latest'"),
+        ({"starting_commit": "7"}, "option 'starting_commit' is 7 but the commit log of .* ends "
+                                   "at record 1"),
+        ({"starting_commit": "1", "starting_timestamp": "0"}, "set one of options"),
+    ]):
+        error = start_error(spark, uri, str(tmp_path / f"ck{i}"), **options)
+        assert re.search(match, error), error
+    with pytest.raises(Exception, match="option 'starting_commit' applies to spark.readStream"):
+        spark.read.format("memwal").option("starting_commit", "2").load(uri).collect()
+
+
+# --- the sink: identity and output modes -------------------------------------
+
+def test_checkpoint_location_spellings_are_one_query(tmp_path, monkeypatch):
+    from memwal_datasource.spark.source import checkpoint_query_id
+
+    monkeypatch.chdir(tmp_path)
+    absolute = str(tmp_path / "ck")
+    same = {checkpoint_query_id(x) for x in (
+        "ck", "ck/", "./ck", "ck//", absolute, absolute + "/", f"file://{absolute}",
+        f"file:{absolute}", f"file://localhost{absolute}/", f" {absolute} ")}
+    assert len(same) == 1
+    # Absolute locations keep the identity earlier versions derived from the raw string.
+    assert same == {str(uuid.uuid5(uuid.NAMESPACE_URL, absolute))}
+    assert checkpoint_query_id("ck2") not in same
+    remote = {checkpoint_query_id(x) for x in ("s3a://b/ck", "s3a://b/ck/", "s3a://b/./ck//")}
+    assert remote == {str(uuid.uuid5(uuid.NAMESPACE_URL, "s3a://b/ck"))}
+    assert checkpoint_query_id("s3a://b/ck2") not in remote
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_replay_with_trailing_slash_is_the_same_query(spark, spark_location, tmp_path):
+    uri, opts = spark_location
+    src, ck = str(tmp_path / "src"), str(tmp_path / "ck")
+    add_files(spark, src, 0, 2)
+    run_sink(spark, src, uri, ck, opts)
+    for name in ("1", ".1.crc"):
+        os.remove(os.path.join(ck, "commits", name))
+    run_sink(spark, src, uri, ck + "/", opts)  # Spark replays batch 1 under "ck/"
+    assert len(list(CommitLog(open_store(uri)).records())) == 2
+    ids = sorted(r.id for r in spark.read.format("memwal").load(uri).collect())
+    assert ids == list(range(200))
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_complete_mode_overwrites_with_each_batch(spark, spark_location, tmp_path):
+    uri, _ = spark_location
+    src = str(tmp_path / "src")
+    add_files(spark, src, 0, 3)  # ids 0..299, one file per micro-batch
+    counts = (spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1)
+              .parquet(src).selectExpr("id % 3 as k").groupBy("k").count())
+    q = (counts.writeStream.format("memwal").outputMode("complete")
+         .option("enable_memtable", "false").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start(uri))
+    assert q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    records = list(CommitLog(open_store(uri)).records())
+    assert [r.kind for r in records] == ["overwrite"] * 3
+    assert [r.batch_id for r in records] == [0, 1, 2]
+    got = sorted((r.k, r["count"]) for r in spark.read.format("memwal").load(uri).collect())
+    assert got == [(0, 100), (1, 100), (2, 100)]  # the last result only, no earlier ones
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_update_mode_is_refused(spark, spark_location, tmp_path):
+    uri, _ = spark_location
+    src = str(tmp_path / "src")
+    add_files(spark, src, 0, 1)
+    counts = spark.readStream.schema("id long, v string").parquet(src).groupBy("v").count()
+    with pytest.raises(Exception, match="memwal does not support Update mode"):
+        q = (counts.writeStream.format("memwal").outputMode("update")
+             .option("checkpointLocation", str(tmp_path / "ck")).start(uri))
+        q.awaitTermination(120)
+        raise RuntimeError(str(q.exception()))
+    assert not os.path.exists(uri)
