@@ -68,6 +68,17 @@ def location(backend, request, tmp_path):
 
 
 @pytest.fixture
+def pk_table(location):
+    """(uri, storage_options) of a fresh Lance table with primary key ``id`` and a MemWAL."""
+    from memwal_datasource.table import create_table
+    from tests.helpers import SCHEMA
+
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+    return uri, opts
+
+
+@pytest.fixture
 def any_store(location):
     """A fresh store of the parametrized ``backend``."""
     return open_store(*location)

@@ -44,15 +44,8 @@ def write(uri, opts, shard, batches, *, kind=APPEND, commit=True) -> None:
             shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows)])
 
 
-@pytest.fixture
-def pk_table(location):
-    uri, opts = location
-    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
-    return uri, opts
-
-
 def history(uri, opts) -> dict[int, str]:
-    """Expected newest value per key after the writes of :func:`fill`."""
+    """Commit a history of appends and updates (and a failed task); the newest value per key."""
     a, b = new_shard(), new_shard()
     write(uri, opts, a, [batch(range(0, 10), "a1")])
     write(uri, opts, b, [batch(range(5, 15), "b1")])          # updates 5..9

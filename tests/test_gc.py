@@ -13,20 +13,13 @@ from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import Fenced
 from memwal_datasource.gc import collect, plan
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, create_table, read_table
+from memwal_datasource.table import MemWalTable, read_table
 from memwal_datasource.wal import WalAppender, WalTailer
 from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, new_shard
 from tests.test_compact import batch, write
 
 pytestmark = pytest.mark.parametrize("backend", ["local", "s3"])
-
-
-@pytest.fixture
-def pk_table(location):
-    uri, opts = location
-    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
-    return uri, opts
 
 
 def rows(uri, opts) -> dict[int, str]:

@@ -36,11 +36,9 @@ native_backends = pytest.mark.parametrize("backend", ["local", "s3"])
 
 
 @pytest.fixture
-def table(location):
+def table(pk_table):
     """A fresh Lance table with primary key ``id`` and a MemWAL: (uri, options)."""
-    uri, opts = location
-    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
-    return uri, opts
+    return pk_table
 
 
 def memtable(**kw) -> ShardWriterConfig:
