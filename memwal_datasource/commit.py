@@ -137,9 +137,12 @@ class CommitRecord:
             raise CorruptEntryError(f"commit record {where} is corrupt: {exc}") from None
 
 
+STREAM_KEY_PREFIX = "stream:"  # reserved: users' txnAppId may not start with it
+
+
 def stream_app_id(query_id: str) -> str:
     """The idempotency key under which a stream's micro-batches commit."""
-    return f"stream:{query_id}"
+    return f"{STREAM_KEY_PREFIX}{query_id}"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from ..commit import Txn
+from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
 from ..native import check_native_config
@@ -153,17 +153,17 @@ def _txn(options: Mapping[str, str]) -> Txn | None:
     app_id, version = options.get("txnappid"), options.get("txnversion")
     if app_id is None and version is None:
         return None
+    app_id = (app_id or "").strip()
     if not app_id or version is None:
         raise ConfigError("options 'txnAppId' and 'txnVersion' go together: set both (an "
                           f"application id and a version), got txnAppId={app_id!r} "
                           f"txnVersion={version!r}")
-    try:
-        number = int(version)
-    except ValueError:
-        number = -1
-    if number < 0:
+    if app_id.startswith(STREAM_KEY_PREFIX):
+        raise ConfigError(f"option 'txnAppId' may not start with '{STREAM_KEY_PREFIX}': that "
+                          "prefix is reserved for streaming sinks' keys")
+    if not version.strip().isdigit():
         raise ConfigError(f"option 'txnVersion' must be a non-negative integer, got '{version}'")
-    return Txn(app_id, number)
+    return Txn(app_id, int(version))
 
 
 def _positions(options: Mapping[str, str], name: str, keyword: str) -> dict[str, int] | None:

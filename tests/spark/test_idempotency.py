@@ -101,7 +101,9 @@ def test_bad_key_options_fail_on_the_driver(spark, spark_location):
     cases = [({"txnAppId": APP}, together),
              ({"txnVersion": "1"}, together),
              ({"txnAppId": "", "txnVersion": "1"}, together),
-             *(({**KEY, "txnVersion": v}, non_negative.format(v)) for v in ("-1", "1.5", "two"))]
+             ({"txnAppId": "stream:abc", "txnVersion": "1"}, "reserved for streaming sinks"),
+             *(({**KEY, "txnVersion": v}, non_negative.format(v))
+               for v in ("-1", "1.5", "two", "+1", "1_0"))]
     tracker = spark.sparkContext.statusTracker()
     for extra, message in cases:
         jobs_before = tracker.getJobIdsForGroup()
