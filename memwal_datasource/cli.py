@@ -31,7 +31,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .commit import COMMITS_DIR, OVERWRITE, CommitLog, CommitRecord
+from .commit import (
+    COMMITS_DIR,
+    OVERWRITE,
+    Checkpoint,
+    CommitLog,
+    CommitRecord,
+    CommittedRange,
+    record_key,
+)
 from .errors import (
     ConfigError,
     MemWalError,
@@ -332,19 +340,27 @@ def status_name(sealed: bool) -> str:
     return "SEALED" if sealed else "ACTIVE"
 
 
-def shard_info(store: ObjectStore, shard: str, records: list[CommitRecord],
+def _clipped(spans: list[tuple[int, int]], first: int, last: int) -> int:
+    """How many positions of ``first..last`` the merged ``spans`` cover."""
+    return sum(max(0, min(hi, last) - max(lo, first) + 1) for lo, hi in spans)
+
+
+def shard_info(store: ObjectStore, shard: str, ranges: list[tuple[int, CommittedRange]],
                visible_from: int) -> ShardInfo:
     """Manifest, WAL range and commit coverage of one shard.
 
+    ``ranges`` are ``(record sequence, range)`` of every known commit;
     ``visible_from`` is the sequence of the last overwrite record (0 if none):
-    records before it are committed but hidden. Positions no record covers
-    are read (up to :data:`SENTINEL_SCAN_LIMIT`) to tell fence sentinels,
-    which carry no rows, from uncommitted data entries.
+    records before it are committed but hidden. Entry counts are of the WAL
+    entries stored now (committed + uncommitted + sentinels = entries, when
+    exact). Positions no record covers are read (up to
+    :data:`SENTINEL_SCAN_LIMIT`) to tell fence sentinels, which carry no rows,
+    from uncommitted data entries.
     """
     m = ManifestStore(store, shard).latest()
     tailer = WalTailer(store, shard)
     first, nxt = tailer.first_position(), tailer.next_position()
-    mine = [(rec.sequence, r) for rec in records for r in rec.ranges if r.shard_id == shard]
+    mine = [(seq, r) for seq, r in ranges if r.shard_id == shard]
     covered = _merge((r.first, r.last) for _, r in mine)
     visible = _merge((r.first, r.last) for seq, r in mine if seq >= visible_from)
     sentinels = uncommitted = scanned = 0
@@ -364,18 +380,57 @@ def shard_info(store: ObjectStore, shard: str, records: list[CommitRecord],
         shard_id=shard, status=status_name(bool(m and m.sealed)),
         writer_epoch=m.writer_epoch if m else None, manifest_version=m.version if m else None,
         wal_first=first, wal_last=nxt - 1, wal_entries=max(0, nxt - first),
-        committed_entries=sum(hi - lo + 1 for lo, hi in covered),
-        visible_entries=sum(hi - lo + 1 for lo, hi in visible),
+        committed_entries=_clipped(covered, first, nxt - 1),
+        visible_entries=_clipped(visible, first, nxt - 1),
         uncommitted_entries=uncommitted, sentinel_entries=sentinels, uncommitted_exact=exact,
         committed_rows=sum(r.rows for _, r in mine),
         committed_bytes=sum(r.bytes for _, r in mine),
         sstables=len(m.sstables) if m else 0)
 
 
-def _survey(store: ObjectStore) -> tuple[list[CommitRecord], list[ShardInfo]]:
-    records = list(CommitLog(store).records())
-    visible_from = max((r.sequence for r in records if r.kind == OVERWRITE), default=0)
-    return records, [shard_info(store, s, records, visible_from) for s in list_shards(store)]
+@dataclass
+class StoredLog:
+    """The commit records still stored, and the checkpoint standing for collected ones."""
+
+    records: list[CommitRecord]
+    checkpoint: Checkpoint | None  # set when a garbage collection removed records
+    first: int  # sequence of the first stored record
+
+    @property
+    def collected(self) -> int:
+        """Records ``1..collected`` were garbage-collected (0: none)."""
+        return self.first - 1
+
+
+def stored_records(log: CommitLog) -> StoredLog:
+    """Every stored commit record, from the first one a garbage collection kept.
+
+    A collection deletes the oldest records, in order, below a checkpoint that
+    it keeps together with that checkpoint's own record.
+    """
+    if log.store.exists(record_key(1)):
+        return StoredLog(list(log.records()), None, 1)
+    ck = log.latest_checkpoint(refresh=True)
+    if ck is None:
+        return StoredLog([], None, 1)  # an empty log
+    lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if log.store.exists(record_key(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return StoredLog(list(log.records(after=hi - 1)), ck, hi)
+
+
+def _survey(store: ObjectStore) -> tuple[StoredLog, list[ShardInfo]]:
+    log = stored_records(CommitLog(store))
+    ranges = [(rec.sequence, r) for rec in log.records for r in rec.ranges]
+    visible_from = max((r.sequence for r in log.records if r.kind == OVERWRITE), default=0)
+    if log.checkpoint is not None:  # what the collected records made visible
+        ranges += [(log.checkpoint.sequence, r) for r in log.checkpoint.visible]
+        visible_from = max(visible_from, log.checkpoint.last_overwrite or 0)
+    return log, [shard_info(store, s, ranges, visible_from) for s in list_shards(store)]
 
 
 def _shards_table(infos: list[ShardInfo], lag: bool) -> Table:
@@ -557,11 +612,18 @@ def tail(uri: str, shard: str, start: int | None, rows: int, follow: bool, inter
 def commits(uri: str, as_json: bool, storage: dict[str, str]) -> None:
     """List commit records (what committed readers see)."""
     store = open_table(uri, storage)
-    records = list(CommitLog(store).records())
+    log = stored_records(CommitLog(store))
+    records = log.records
     if as_json:
-        _emit_json({"table": uri, "commits": [record_json(r) for r in records]})
+        _emit_json({"table": uri, "collected_through": log.collected,
+                    "checkpoint": log.checkpoint.sequence if log.checkpoint else None,
+                    "commits": [record_json(r) for r in records]})
         return
     console = _console()
+    if log.collected:
+        console.print(Text(f"records 1..{log.collected} were garbage-collected (checkpoint "
+                           f"{log.checkpoint.sequence if log.checkpoint else '-'} stands for "
+                           "them)"))
     if not records:
         console.print(Text(f"{uri}: no commit records yet (no job has committed)"))
         return
@@ -574,6 +636,22 @@ def commits(uri: str, as_json: bool, storage: dict[str, str]) -> None:
                               str(info["ranges"]), f"{info['rows']:,}",
                               human_size(info["bytes"])))
     console.print(table)
+
+
+def _compaction_summary(uri: str, storage: dict[str, str], store: ObjectStore,
+                        lance_info: dict | None) -> dict | None:
+    """How far compaction into the base table got (``None`` without a base table)."""
+    if lance_info is None:
+        return None
+    from .table import MemWalTable
+
+    try:
+        snap = MemWalTable(uri, storage, store=store).snapshot(lance_info["version"])
+    except MemWalError:
+        return None
+    return {"base_version": snap.base_version, "round": snap.compacted_round,
+            "compacted_through": snap.compacted_seq,
+            "pending_records": max(0, snap.last_seq - snap.compacted_seq)}
 
 
 def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
@@ -597,7 +675,8 @@ def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
 def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
     """One-screen summary: shards, commits, lag, SSTables."""
     store = open_table(uri, storage)
-    records, infos = _survey(store)
+    log, infos = _survey(store)
+    records = log.records
     last = records[-1] if records else None
     kinds: dict[str, int] = {}
     for rec in records:
@@ -617,16 +696,18 @@ def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
         "sstables": sum(s.sstables for s in infos),
     }
     commit_summary = {
-        "count": len(records), "kinds": kinds,
+        "count": len(records), "kinds": kinds, "collected_through": log.collected,
         "last_sequence": last.sequence if last else None,
         "last_created_ms": last.created_ms if last else None,
         "last_overwrite_sequence": max((r.sequence for r in records if r.kind == OVERWRITE),
                                        default=None),
     }
     lance_info = _lance_summary(uri, storage)
+    compaction = _compaction_summary(uri, storage, store, lance_info)
     if as_json:
-        _emit_json({"table": uri, "lance": lance_info, "totals": totals,
-                    "commits": commit_summary, "shards": [asdict(s) for s in infos]})
+        _emit_json({"table": uri, "lance": lance_info, "compaction": compaction,
+                    "totals": totals, "commits": commit_summary,
+                    "shards": [asdict(s) for s in infos]})
         return
     console = _console()
     facts = _table("what", "value", min_widths={"what": 9})
@@ -646,7 +727,15 @@ def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
                           f"{totals['wal_entries']:,} WAL entries"))
     kinds_text = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"
     last_text = (f"; last #{last.sequence} at {local_time(last.created_ms)}" if last else "")
-    facts.add_row(*_cells("commits", f"{len(records)} records ({kinds_text}){last_text}"))
+    gone = f"; 1..{log.collected} garbage-collected" if log.collected else ""
+    facts.add_row(*_cells("commits", f"{len(records)} records ({kinds_text}){last_text}"
+                          f"{gone}"))
+    if compaction is not None:
+        done = (f"records 1..{compaction['compacted_through']} in the base table (round "
+                f"{compaction['round']})" if compaction["compacted_through"] else
+                "nothing compacted yet")
+        facts.add_row(*_cells("compacted", f"{done}; {compaction['pending_records']} "
+                              "record(s) pending (memwal compact)"))
     facts.add_row(*_cells("committed", f"{totals['committed_entries']:,} entries, "
                           f"{totals['committed_rows']:,} rows, "
                           f"{human_size(totals['committed_bytes'])}"))

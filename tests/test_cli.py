@@ -218,6 +218,8 @@ def test_inspect_reports_commits_and_lag(table):
     assert (t["shards"], t["min_epoch"], t["max_epoch"], t["wal_entries"]) == (1, 3, 3, 4)
     assert (t["committed_entries"], t["uncommitted_entries"], t["sentinel_entries"]) == (1, 1, 2)
     assert t["uncommitted_exact"] is True and t["committed_rows"] == 3
+    assert t["committed_entries"] + t["uncommitted_entries"] + t["sentinel_entries"] == \
+        t["wal_entries"]
     assert summary["commits"]["count"] == 1 and summary["commits"]["kinds"] == {"append": 1}
     assert summary["lance"] is None  # a MemWAL without a Lance dataset is still inspected
     out = invoke("inspect", uri)
@@ -314,3 +316,36 @@ def test_gc_dry_run_lists_then_deletes(location):
     assert not any(store.exists(k) for k in listed)
     assert "would delete 0 wal entries" in invoke("gc", uri, "--retain-hours", "0",
                                                   "--dry-run").stdout
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
+    from memwal_datasource.compact import compact
+    from memwal_datasource.gc import collect
+    from memwal_datasource.table import MemWalTable, create_table
+
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+    store = open_store(uri, opts)
+    for i in range(3):
+        app = WalAppender.open(store, SHARD)
+        app.append(SCHEMA, [batch([i])])
+        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
+                                                        app.last_position, 1, 10)])
+    CommitLog(store).checkpoint()
+    compact(MemWalTable(uri, opts))
+    collect(MemWalTable(uri, opts), retain_seconds=0)
+    assert not store.exists(record_key(1))  # the oldest records are gone
+    out = invoke("commits", uri)
+    assert out.exit_code == 0, out.output
+    assert "records 1..2 were garbage-collected" in out.stdout
+    body = json.loads(invoke("commits", uri, "--json").stdout)
+    assert body["collected_through"] == 2 and body["commits"][0]["sequence"] == 3
+    assert [c["kind"] for c in body["commits"]] == ["append", "gc"]
+    summary = json.loads(invoke("inspect", uri, "--json").stdout)
+    assert summary["compaction"]["compacted_through"] == 3
+    assert summary["commits"]["collected_through"] == 2
+    assert summary["lance"]["rows"] == 3
+    out = invoke("inspect", uri)
+    assert out.exit_code == 0 and "records 1..3 in the base table" in out.stdout, out.output
+    assert invoke("shards", uri).exit_code == 0
