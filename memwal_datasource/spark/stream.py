@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from ..commit import CommitLog
+from ..commit import GC, CommitLog, record_key
 from ..errors import ConfigError
 from ..store import open_store
 from .options import ReadOptions, StreamStart
@@ -36,6 +36,10 @@ from .reader import WalRange, read_partition, split
 
 def refuse_unsupported(opts: ReadOptions) -> None:
     """Fail on the driver, naming the option, for what a stream cannot honour."""
+    if opts.view != "tail":
+        raise ConfigError(
+            "option 'view=table' is not supported by readStream: a stream serves commits as "
+            "they land; use spark.read for the whole table")
     if not opts.committed:
         raise ConfigError(
             "option 'isolation=read_uncommitted' is not supported by readStream: a stream "
@@ -51,23 +55,71 @@ def refuse_unsupported(opts: ReadOptions) -> None:
             "(earliest, latest, a sequence number or a time) or 'starting_timestamp'")
 
 
+def first_stored(log: CommitLog) -> int:
+    """The oldest stored commit record (``memwal gc`` deletes the oldest, in order,
+    below a checkpoint it keeps with that checkpoint's own record)."""
+    if log.store.exists(record_key(1)):
+        return 1
+    ck = log.latest_checkpoint(refresh=True)
+    if ck is None:
+        return 1  # an empty log
+    lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if log.store.exists(record_key(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def readable_from(log: CommitLog) -> int:
+    """The first commit record a stream can serve: all its WAL entries are stored.
+
+    ``memwal gc`` deletes WAL entries below per-shard floors (their rows are in
+    the base table) and, below a checkpoint, the oldest commit records.
+    """
+    first = first_stored(log)
+    records = list(log.records(after=first - 1))
+    ck = log.latest_checkpoint()
+    floors = dict(ck.floors) if ck is not None else {}
+    for rec in records:
+        if rec.kind == GC:
+            for shard, floor in rec.extra.get("floors", {}).items():
+                floors[shard] = max(int(floor), floors.get(shard, 0))
+    for rec in records:
+        if all(r.first >= floors.get(r.shard_id, 0) for r in rec.ranges):
+            return rec.sequence
+    return records[-1].sequence + 1 if records else first
+
+
 def resolve_start(log: CommitLog, start: StreamStart | None, path: str) -> int:
-    """The sequence of the last commit record a new query treats as already served."""
-    if start is None or start.kind == "earliest":
-        return 0
+    """The sequence of the last commit record a new query treats as already served.
+
+    ``earliest`` is the oldest record whose entries are still stored: records a
+    garbage collection released are in the base table only, and a stream cannot
+    replay them.
+    """
     last = log.next_sequence() - 1
-    if start.kind == "latest":
+    if start is not None and start.kind == "latest":
         return last
+    first = readable_from(log)
+    if start is None or start.kind == "earliest":
+        return first - 1
     if start.kind == "commit":
         if start.value > last + 1:
             raise ConfigError(
                 f"option 'starting_commit' is {start.value} but the commit log of {path} ends "
                 f"at record {last}; use 'latest' to start after the last record")
+        if start.value < first:
+            raise ConfigError(
+                f"option 'starting_commit' is {start.value} but records before {first} of "
+                f"{path} were compacted and garbage-collected (their rows are in the base "
+                f"table); start at {first} or later, or 'earliest'")
         return start.value - 1
-    for rec in log.records():
+    for rec in log.records(after=first - 1):
         if rec.created_ms >= start.value:
             return rec.sequence - 1
-        last = max(last, rec.sequence)
     return last
 
 

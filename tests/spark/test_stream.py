@@ -360,3 +360,49 @@ def test_update_mode_is_refused(spark, spark_location, tmp_path):
         q.awaitTermination(120)
         raise RuntimeError(str(q.exception()))
     assert not os.path.exists(uri)
+
+
+def test_new_stream_after_compaction_and_garbage_collection(tmp_path):
+    """'earliest' is the oldest record whose WAL entries are still stored."""
+    from pyspark.sql.datasource import ReadAllAvailable
+
+    from memwal_datasource.commit import APPEND, CommittedRange, record_key
+    from memwal_datasource.compact import compact
+    from memwal_datasource.errors import ConfigError
+    from memwal_datasource.gc import collect
+    from memwal_datasource.spark.options import ReadOptions
+    from memwal_datasource.spark.stream import MemWalStreamReader
+    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.wal import WalAppender
+
+    uri = str(tmp_path / "t.lance")
+    create_table(uri, SCHEMA, primary_key=["id"])
+    store = open_store(uri)
+    shard = "6f1c1e1e-0000-4000-8000-0000000000aa"
+
+    def commit(i: int) -> None:
+        app = WalAppender.open(store, shard)
+        app.append(SCHEMA, [pa.record_batch([pa.array([i], pa.int64()), pa.array(["x"])],
+                                            schema=SCHEMA)])
+        CommitLog(store).append(APPEND, [CommittedRange(shard, app.epoch, app.first_position,
+                                                        app.last_position, 1, 1)])
+
+    for i in range(3):
+        commit(i)
+    CommitLog(store).checkpoint()
+    compact(MemWalTable(uri))
+    collect(MemWalTable(uri), retain_seconds=0)  # records 1..3 are in the base table only
+    commit(3)  # record 5, after the gc record (4)
+    assert not store.exists(record_key(1))
+    reader = MemWalStreamReader(ReadOptions.parse({"path": uri}), SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end["commit"] == 5
+    rows = [b.column("id").to_pylist() for p in reader.partitions(start, end)
+            for b in reader.read(p)]
+    assert rows == [[3]]
+    for value in ("1", "3"):
+        late = MemWalStreamReader(ReadOptions.parse({"path": uri, "starting_commit": value}),
+                                  SCHEMA)
+        with pytest.raises(ConfigError, match="were compacted and garbage-collected"):
+            late.initialOffset()
