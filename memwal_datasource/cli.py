@@ -751,7 +751,7 @@ def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
         console.print(_shards_table(infos, lag=True))
 
 
-@main.command(epilog=EPILOG)
+@main.command(epilog=EPILOG, short_help="Fold committed WAL entries into the base Lance table.")
 @click.argument("uri", metavar="PATH")
 @click.option("--dry-run", is_flag=True, help="say how much is pending; change nothing")
 @click.option("--max-records-per-round", type=click.IntRange(min=1), default=256,

@@ -206,6 +206,8 @@ def test_help_documents_exit_codes():
     for code in ("0  success", "1  runtime", "2  usage error", "3  not found"):
         assert code in out.output
     assert "Exit codes:" in invoke("inspect", "--help").output
+    commands = out.output.split("Commands:")[1].split("Exit codes:")[0]
+    assert "..." not in commands, commands  # no one-line summary cut short
 
 
 @pytest.mark.parametrize("backend", ["local"])
