@@ -21,7 +21,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import bench_replay, bench_s3, bench_s3_client, bench_spark, bench_writer
+from . import (
+    bench_replay,
+    bench_s3,
+    bench_s3_client,
+    bench_spark,
+    bench_table,
+    bench_writer,
+)
 from .common import (
     RESULTS_DIR,
     BenchContext,
@@ -47,6 +54,8 @@ BENCHMARKS: dict[str, Bench] = {
     "replay": (bench_replay.bench_replay, bench_replay.plot_replay),
     "spark_write": (bench_spark.bench_spark_write, bench_spark.plot_spark_write),
     "tail_read": (bench_spark.bench_tail_read, bench_spark.plot_tail_read),
+    "table_plan": (bench_table.bench_table_plan, bench_table.plot_table_plan),
+    "compaction": (bench_table.bench_compaction, bench_table.plot_compaction),
 }
 
 
