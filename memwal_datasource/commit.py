@@ -81,10 +81,15 @@ class CommittedRange:
     task: int | None = None
     attempt: int | None = None
     sstables: tuple[str, ...] = ()
+    # The record that committed it; set in checkpoints (a record knows its own).
+    sequence: int | None = None
 
 
 def _range_to_dict(r: CommittedRange) -> dict:
-    return dict(asdict(r), sstables=list(r.sstables))
+    body = dict(asdict(r), sstables=list(r.sstables))
+    if body["sequence"] is None:
+        del body["sequence"]
+    return body
 
 
 def _range_from_dict(d: dict) -> CommittedRange:
@@ -191,7 +196,7 @@ class Checkpoint:
         if rec.kind == OVERWRITE:
             self.visible = []
             self.last_overwrite = self.sequence
-        self.visible.extend(rec.ranges)
+        self.visible.extend(replace(r, sequence=self.sequence) for r in rec.ranges)
         if rec.txn_app_id is not None and rec.txn_version is not None:
             prior = self.txn.get(rec.txn_app_id)
             if prior is None or rec.txn_version >= prior[0]:
@@ -573,8 +578,15 @@ class CommitLog:
         return self.committed_txn(Txn(stream_app_id(query_id), batch_id))
 
     def visible(self) -> list[CommittedRange]:
-        """Ranges visible to a committed reader: all since the last overwrite."""
+        """Ranges visible to a committed reader: all since the last overwrite.
+
+        Each carries the ``sequence`` of the record that committed it.
+        """
         return list(self._fold().visible)
+
+    def state(self) -> Checkpoint:
+        """Every record folded (from the latest checkpoint on): a copy to read."""
+        return self._fold().copy()
 
 class CommitRefused(MemWalError):
     """A commit names WAL entries it may no longer commit; nothing was committed."""

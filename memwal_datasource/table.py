@@ -15,10 +15,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .commit import OVERWRITE, CommitLog, CommittedRange
+from .commit import CommitLog, CommittedRange
 from .errors import ConfigError, CorruptEntryError, MemWalError
 from .format import ShardManifest
 from .lance_manifest import compacted_generations
@@ -266,15 +267,12 @@ class MemWalTable:
                 version = None  # a bare MemWAL without a base table: nothing compacted
         number = self.compacted_round(version) if version is not None else 0
         compacted = self.round(number).upto_seq if number else 0
-        tail: list[CommittedRange] = []
-        hidden = False
-        last = compacted
-        for rec in self.commits.records(after=compacted):
-            if rec.kind == OVERWRITE:
-                tail, hidden = [], True
-            tail.extend(rec.ranges)
-            last = rec.sequence
-        return TableSnapshot(version, number, compacted, last, tail, hidden)
+        # The fold starts at the latest checkpoint: O(records since it), not O(history).
+        state = self.commits.state()
+        tail = [r for r in state.visible if (r.sequence or 0) > compacted]
+        hidden = (state.last_overwrite or 0) > compacted
+        return TableSnapshot(version, number, compacted, max(state.sequence, compacted), tail,
+                             hidden)
 
     def committed_tail(self) -> list[CommittedRange]:
         """Committed ranges not yet compacted (what a WAL-tail reader returns)."""
@@ -331,7 +329,7 @@ def last_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Keep the last row of every key (rows in commit, then WAL, order), in that order."""
     if not table.num_rows:
         return table
-    indexed = table.append_column("__order", pa.array(range(table.num_rows), pa.int64()))
+    indexed = table.append_column("__order", pa.array(np.arange(table.num_rows)))
     last = indexed.group_by(list(keys), use_threads=False).aggregate([("__order", "max")])
     rows = last.column("__order_max")
     return table.take(pc.take(rows, pc.sort_indices(rows)))

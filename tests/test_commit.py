@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -72,7 +73,7 @@ def _fill(store, n: int, interval: int | None, overwrite_at: tuple[int, ...] = (
 
 def _expected(n: int, overwrite_at: tuple[int, ...] = ()) -> list[CommittedRange]:
     last = max([s for s in overwrite_at if s <= n], default=1)
-    return [r for s in range(last, n + 1) for r in _ranges(s)]
+    return [replace(r, sequence=s) for s in range(last, n + 1) for r in _ranges(s)]
 
 
 def _gc(store, below: int) -> None:

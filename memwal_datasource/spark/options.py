@@ -52,7 +52,10 @@ READ_OPTIONS = {
                        "first record created at or after it)",
     "starting_timestamp": "streaming: start at the first commit record created at or after "
                           "this time (epoch milliseconds or ISO-8601)",
+    "view": "'tail' (default): committed rows not yet compacted; 'table': the whole table "
+            "(the base Lance table plus the committed tail, newest row per primary key)",
 }
+VIEWS = ("tail", "table")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # Keys Spark itself adds (catalog table properties for CREATE TABLE ... USING).
 SPARK_KEYS = frozenset({"owner", "provider", "location", "external", "is_managed_location",
@@ -249,6 +252,7 @@ class ReadOptions:
     max_rows_per_trigger: int | None
     storage: dict[str, str] = field(repr=False)
     stream_start: StreamStart | None = None  # None: not set (a stream starts at the earliest)
+    view: str = "tail"
 
     @property
     def committed(self) -> bool:
@@ -264,6 +268,15 @@ class ReadOptions:
         if isolation not in ISOLATION_LEVELS:
             raise ConfigError(f"option 'isolation' must be one of {ISOLATION_LEVELS}, "
                               f"got '{opts['isolation']}'")
+        view = opts.get("view", "tail").strip().lower()
+        if view not in VIEWS:
+            raise ConfigError(f"option 'view' must be one of {VIEWS}, got '{opts['view']}'")
+        if view == "table":
+            clash = [k for k in ("isolation", "shards", "starting_positions", "ending_positions",
+                                 "metadata_columns") if k in opts]
+            if clash:
+                raise ConfigError(f"option 'view=table' reads the whole table; it cannot be "
+                                  f"combined with {clash} (those select parts of the WAL tail)")
         shards = None
         if opts.get("shards"):
             try:
@@ -283,4 +296,5 @@ class ReadOptions:
             max_rows_per_trigger=_positive_int(opts, "max_rows_per_trigger"),
             storage=storage_options(opts),
             stream_start=_stream_start(opts),
+            view=view,
         )

@@ -15,15 +15,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..commit import CommittedView
+from ..commit import CommittedRange, CommittedView
 from ..manifest import list_shards
 from ..store import open_store
-from ..table import MemWalTable
+from ..table import TOMBSTONE, MemWalTable, data_schema, last_per_key, primary_key_of
 from ..wal import WalTailer
 from ..writer import cast_columns
 from .options import ReadOptions
 
-TOMBSTONE = "_tombstone"
 METADATA_FIELDS = [
     pa.field("_shard_id", pa.string(), nullable=False),
     pa.field("_wal_position", pa.int64(), nullable=False),
@@ -130,6 +129,65 @@ def read_partition(opts: ReadOptions, table_schema: pa.Schema,
                 yield out
 
 
+@dataclass(frozen=True)
+class BaseFragment(InputPartition):
+    """One fragment of the base table at ``version``, minus rows the tail replaces."""
+
+    version: int
+    fragment_id: int
+    tail: tuple[CommittedRange, ...]
+
+
+@dataclass(frozen=True)
+class MergedTail(InputPartition):
+    """The committed tail above ``version``: newest row per key, deletes applied."""
+
+    version: int
+    tail: tuple[CommittedRange, ...]
+
+
+def plan_table(opts: ReadOptions) -> list[InputPartition]:
+    """Partitions of the whole-table view, all from one snapshot (so exactly once)."""
+    table = MemWalTable(opts.path, opts.storage)
+    snap = table.snapshot()
+    tail = tuple(snap.tail)
+    parts: list[InputPartition] = []
+    if not snap.base_hidden and snap.base_version is not None:
+        ds = table.dataset(snap.base_version)
+        parts += [BaseFragment(snap.base_version, f.fragment_id, tail)
+                  for f in ds.get_fragments()]
+    parts.append(MergedTail(snap.base_version or 0, tail))
+    return parts
+
+
+def read_table_part(opts: ReadOptions, part: BaseFragment | MergedTail
+                    ) -> Iterator[pa.RecordBatch]:
+    """Rows of one whole-table partition."""
+    table = MemWalTable(opts.path, opts.storage)
+    ds = table.dataset(part.version or None)
+    schema = data_schema(ds.schema)
+    pk = primary_key_of(ds.schema)
+    out_schema = output_schema(ds.schema, False)
+    tail = table.range_rows(part.tail, schema)
+    if pk:
+        tail = last_per_key(tail, pk)
+    if isinstance(part, MergedTail):
+        live = tail.filter(pc.invert(tail.column(TOMBSTONE))).drop_columns([TOMBSTONE])
+        for batch in live.to_batches():
+            yield cast_columns(batch.columns, out_schema)
+        return
+    for batch in ds.get_fragment(part.fragment_id).to_batches():
+        if pk and tail.num_rows:  # rows the tail replaced or deleted
+            kept = pa.Table.from_batches([batch]).join(
+                tail.select(pk), keys=pk, join_type="left anti")
+            batches = kept.select(schema.names).to_batches()
+        else:
+            batches = [batch]
+        for b in batches:
+            if b.num_rows:
+                yield cast_columns([b.column(n) for n in schema.names], out_schema)
+
+
 class MemWalBatchReader(DataSourceReader):
     """Plans shard/position partitions on the driver; reads them on executors."""
 
@@ -137,11 +195,15 @@ class MemWalBatchReader(DataSourceReader):
         self.opts = opts
         self.table_schema = table_schema
 
-    def partitions(self) -> list[WalRange]:
+    def partitions(self) -> list[InputPartition]:
+        if self.opts.view == "table":
+            return plan_table(self.opts)
         parts = plan_partitions(self.opts, open_store(self.opts.path, self.opts.storage))
         return parts or [WalRange("", 1, 0, ())]  # Spark wants at least one
 
-    def read(self, partition: WalRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, BaseFragment | MergedTail):
+            return read_table_part(self.opts, partition)
         if not partition.shard_id:
             return iter(())
         return read_partition(self.opts, self.table_schema, partition)
