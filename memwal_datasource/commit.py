@@ -584,6 +584,23 @@ class CommitLog:
         """
         return list(self._fold().visible)
 
+    def first_stored(self) -> int:
+        """The oldest stored record: a collection deletes the oldest first, in order,
+        and only below a checkpoint whose own record it keeps."""
+        if self.store.exists(record_key(1)):
+            return 1
+        ck = self.latest_checkpoint(refresh=True)
+        if ck is None:
+            return 1  # an empty log
+        lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.store.exists(record_key(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
     def state(self) -> Checkpoint:
         """Every record folded (from the latest checkpoint on): a copy to read."""
         return self._fold().copy()

@@ -68,27 +68,11 @@ class GcPlan:
         return sum(n for _, n in self.items())
 
 
-def _first_record(table: MemWalTable) -> int:
-    """The lowest stored commit record: collections delete records in ascending order."""
-    store = table.commits.store
-    if store.exists(record_key(1)):
-        return 1
-    ck = table.commits.latest_checkpoint()
-    lo, hi = 1, ck.sequence if ck is not None else 1  # missing .. stored
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if store.exists(record_key(mid)):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 def _floors(table: MemWalTable, retain_ms: int) -> tuple[dict[str, int], int, int]:
     """(floor per shard, last record wholly released, first stored record)."""
     snap = table.snapshot()
     now = int(time.time() * 1000)
-    first = _first_record(table)
+    first = table.commits.first_stored()
     released: dict[str, int] = {}  # shard: positions below are compacted and old
     kept: dict[str, int] = {}  # shard: lowest position a record still needs
     through = first - 1

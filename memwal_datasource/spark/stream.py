@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from ..commit import GC, CommitLog, record_key
+from ..commit import GC, CommitLog
 from ..errors import ConfigError
 from ..store import open_store
 from .options import ReadOptions, StreamStart
@@ -55,31 +55,13 @@ def refuse_unsupported(opts: ReadOptions) -> None:
             "(earliest, latest, a sequence number or a time) or 'starting_timestamp'")
 
 
-def first_stored(log: CommitLog) -> int:
-    """The oldest stored commit record (``memwal gc`` deletes the oldest, in order,
-    below a checkpoint it keeps with that checkpoint's own record)."""
-    if log.store.exists(record_key(1)):
-        return 1
-    ck = log.latest_checkpoint(refresh=True)
-    if ck is None:
-        return 1  # an empty log
-    lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if log.store.exists(record_key(mid)):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 def readable_from(log: CommitLog) -> int:
     """The first commit record a stream can serve: all its WAL entries are stored.
 
     ``memwal gc`` deletes WAL entries below per-shard floors (their rows are in
     the base table) and, below a checkpoint, the oldest commit records.
     """
-    first = first_stored(log)
+    first = log.first_stored()
     records = list(log.records(after=first - 1))
     ck = log.latest_checkpoint()
     floors = dict(ck.floors) if ck is not None else {}
