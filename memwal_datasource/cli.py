@@ -38,7 +38,6 @@ from .commit import (
     CommitLog,
     CommitRecord,
     CommittedRange,
-    record_key,
 )
 from .errors import (
     ConfigError,
@@ -403,24 +402,10 @@ class StoredLog:
 
 
 def stored_records(log: CommitLog) -> StoredLog:
-    """Every stored commit record, from the first one a garbage collection kept.
-
-    A collection deletes the oldest records, in order, below a checkpoint that
-    it keeps together with that checkpoint's own record.
-    """
-    if log.store.exists(record_key(1)):
-        return StoredLog(list(log.records()), None, 1)
-    ck = log.latest_checkpoint(refresh=True)
-    if ck is None:
-        return StoredLog([], None, 1)  # an empty log
-    lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if log.store.exists(record_key(mid)):
-            hi = mid
-        else:
-            lo = mid
-    return StoredLog(list(log.records(after=hi - 1)), ck, hi)
+    """Every stored commit record, from the first one a garbage collection kept."""
+    first = log.first_stored()
+    ck = log.latest_checkpoint() if first > 1 else None
+    return StoredLog(list(log.records(after=first - 1)), ck, first)
 
 
 def _survey(store: ObjectStore) -> tuple[StoredLog, list[ShardInfo]]:
