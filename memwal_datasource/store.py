@@ -49,6 +49,15 @@ class ObjectStore(ABC):
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create ``key`` holding ``data``; raise ``FileExistsError`` if it exists."""
 
+    def put_if_absent_unsynced(self, key: str, data: bytes) -> None:
+        """Like :meth:`put_if_absent`, but may leave the object durable only after
+        :meth:`sync` (local disk skips the per-object fsyncs). Object stores and
+        memory are durable at once, so this is ``put_if_absent`` there."""
+        self.put_if_absent(key, data)
+
+    def sync(self, keys: list[str]) -> None:  # noqa: B027 - durable at once unless overridden
+        """Make objects written with :meth:`put_if_absent_unsynced` durable."""
+
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:
         """Create or overwrite ``key`` (hints only; never WAL entries or manifests)."""
@@ -149,7 +158,7 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
-    def _write_temp(self, path: str, data: bytes) -> str:
+    def _write_temp(self, path: str, data: bytes, fsync: bool = True) -> str:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         # Dot-prefixed so listings and Lance readers never take it for an entry.
@@ -159,7 +168,8 @@ class LocalStore(ObjectStore):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         return tmp
@@ -173,15 +183,36 @@ class LocalStore(ObjectStore):
             os.close(fd)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
+        self._link_new(key, data, fsync=True)
+
+    def put_if_absent_unsynced(self, key: str, data: bytes) -> None:
+        self._link_new(key, data, fsync=False)
+
+    def _link_new(self, key: str, data: bytes, fsync: bool) -> None:
         path = self._path(key)
-        tmp = self._write_temp(path, data)
+        tmp = self._write_temp(path, data, fsync)
         try:
             os.link(tmp, path)
         except FileExistsError:
             raise FileExistsError(self.describe(key)) from None
         finally:
             os.unlink(tmp)
-        self._fsync_dir(os.path.dirname(path))
+        if fsync:
+            self._fsync_dir(os.path.dirname(path))
+
+    def sync(self, keys: list[str]) -> None:
+        """fsync each object, then each directory once (so the names are durable too)."""
+        directories = set()
+        for key in keys:
+            path = self._path(key)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            directories.add(os.path.dirname(path))
+        for directory in directories:
+            self._fsync_dir(directory)
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -428,7 +459,7 @@ def backoff_delay(failures: int, base_delay_ms: int) -> float:
 
 
 def put_resolved(store: ObjectStore, key: str, data: bytes, *, retries: int,
-                 base_delay_ms: int, what: str) -> bool:
+                 base_delay_ms: int, what: str, sync: bool = True) -> bool:
     """Put-if-absent ``data`` at ``key`` and know the outcome.
 
     Returns ``True`` when ``key`` holds ``data`` because of this call (the PUT
@@ -438,12 +469,14 @@ def put_resolved(store: ObjectStore, key: str, data: bytes, *, retries: int,
     failed attempt is retried at the same key with the same bytes, at most
     ``retries`` times; when the outcome is still unknowable
     :class:`OutcomeUnknown` is raised (the caller must stop: poison, reopen).
-    ``what`` names the write in errors (shard, position, file).
+    ``what`` names the write in errors (shard, position, file). With
+    ``sync=False`` the object may be durable only after ``store.sync([key])``.
     """
+    put = store.put_if_absent if sync else store.put_if_absent_unsynced
     failures = 0
     while True:
         try:
-            store.put_if_absent(key, data)
+            put(key, data)
             return True
         except FileExistsError:
             try:

@@ -108,6 +108,10 @@ class WalAppender:
         self.sentinel_position: int | None = None
         self._error: Exception | None = None
         self._last_ok = time.monotonic()
+        # False: entries are written without per-entry fsync and made durable
+        # together by sync() (a writer without durable_write calls it at flush/close).
+        self.sync_each = True
+        self._unsynced: list[str] = []
 
     @classmethod
     def open(
@@ -160,6 +164,16 @@ class WalAppender:
         self.last_position = res.position
         return res
 
+    def sync(self) -> None:
+        """Make every entry appended so far durable (a no-op when each already is)."""
+        keys, self._unsynced = self._unsynced, []
+        if keys:
+            try:
+                self.store.sync(keys)
+            except Exception as exc:  # noqa: BLE001 - rows may not be durable: never report them
+                raise self._poison(f"could not make {len(keys)} WAL entries durable ({exc})") \
+                    from exc
+
     def _fail(self, exc: Exception) -> Exception:
         """Make ``exc`` terminal: every later call raises it again."""
         if self._error is None:
@@ -194,7 +208,7 @@ class WalAppender:
             try:
                 ours = put_resolved(
                     self.store, wal_key(self.shard_id, pos), data, retries=self.max_retries,
-                    base_delay_ms=self.retry_base_delay_ms,
+                    base_delay_ms=self.retry_base_delay_ms, sync=self.sync_each,
                     what=f"shard {self.shard_id} epoch {self.epoch} WAL position {pos}")
             except OutcomeUnknown as exc:
                 raise self._poison(f"the WAL append at position {pos} has an unknowable "
@@ -215,6 +229,8 @@ class WalAppender:
                 self.next_position = find_tip(self.store, self.shard_id, pos + 1)
             else:
                 self.next_position = pos + 1
+        if not self.sync_each:
+            self._unsynced.append(wal_key(self.shard_id, pos))
         hooks.point("append.after", shard=self.shard_id, epoch=self.epoch, position=pos)
         self._last_ok = time.monotonic()
         self.next_position = pos + 1

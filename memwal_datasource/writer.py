@@ -187,6 +187,9 @@ class WalOnlyShardWriter(ShardWriter):
 
     def __init__(self, appender: WalAppender, schema: pa.Schema, config: ShardWriterConfig):
         self._appender = appender
+        # Without durable_write a put need not be durable when it returns, so entries
+        # skip per-entry fsyncs and are made durable together at flush() and close().
+        appender.sync_each = config.durable_write
         self.shard_id = appender.shard_id
         self.epoch = appender.epoch
         self.schema = schema
@@ -249,6 +252,16 @@ class WalOnlyShardWriter(ShardWriter):
             self._flush_upto = max(self._flush_upto, seq)
             self._cond.notify_all()
             self._wait(lambda: self._durable_seq >= seq, "flushing")
+        if not self._appender.sync_each:
+            # On the PUT thread, so it is ordered with the appends it makes durable.
+            self._putter.submit(self._sync).result()
+            self._raise_if_failed()
+
+    def _sync(self) -> None:
+        try:
+            self._appender.sync()
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+            self._fail(exc)
 
     def close(self) -> None:
         with self._cond:
@@ -258,6 +271,7 @@ class WalOnlyShardWriter(ShardWriter):
             self._closing = True
             self._cond.notify_all()
         self._join()
+        self._sync()  # the PUT thread is done: nothing appends any more
         with self._cond:
             self._raise_if_failed()
         if self._stats.rows:

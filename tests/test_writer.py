@@ -564,3 +564,42 @@ def test_stats_wal_only(location):
     assert (w2.stats().first_wal_position, w2.stats().last_wal_position) == (4, 4)
     with pytest.raises(NotInThisMode):
         w2.stats().memtable_stats()
+
+
+@pytest.mark.parametrize("backend", ["local"])
+@pytest.mark.parametrize("durable", [True, False])
+def test_fsyncs_cost_what_durability_needs(location, monkeypatch, durable):
+    """durable_write: two fsyncs per entry. Without it: none per entry, and every
+    entry file plus its directory fsynced before flush() or close() returns."""
+    import os
+
+    uri, opts = location
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def counting(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    shard = new_shard()
+    cfg = wal_only(durable_write=durable, max_wal_buffer_size=BATCH_BYTES)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts)
+    monkeypatch.setattr(os, "fsync", counting)
+    for k in range(4):
+        w.put(make_batch(1000 + k * ROWS, ROWS))
+    w.flush()
+    after_flush = list(synced)
+    for k in range(4, 8):
+        w.put(make_batch(1000 + k * ROWS, ROWS))
+    w.close()
+    s = w.stats()
+    entries = [os.path.join(uri, wal_key(shard, p))
+               for p in range(s.first_wal_position, s.last_wal_position + 1)]
+    wal_dir = os.path.dirname(entries[0])
+    files = [p for p in synced if not p.endswith("/wal")]
+    if durable:  # each entry: its temp file, then the directory after the link
+        assert len(files) == len(entries) and synced.count(wal_dir) == len(entries)
+    else:
+        assert sorted(files) == sorted(entries)  # each entry once, by its final name
+        assert synced.count(wal_dir) == 2  # once per flush() and once at close()
+        assert set(entries[:4]) <= set(after_flush)  # flush() made the first puts durable
