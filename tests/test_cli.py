@@ -64,6 +64,21 @@ def one_line_error(out, code: int, *needles: str) -> None:
     assert "Traceback" not in out.output
 
 
+def pk_table_with_commits(location, n: int, nbytes: int = 0):
+    """A PK table whose shard holds ``n`` committed one-entry writes (ids 0..n-1)."""
+    from memwal_datasource.table import create_table
+
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+    store = open_store(uri, opts)
+    for i in range(n):
+        app = WalAppender.open(store, SHARD)
+        app.append(SCHEMA, [batch([i])])
+        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
+                                                        app.last_position, 1, nbytes)])
+    return uri, opts, store
+
+
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_cli_reads_without_writing(table):
     uri, args, store = table
@@ -266,20 +281,13 @@ def test_wrong_s3_prefix_or_bucket_is_exit_3(table):
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_compact_dry_run_then_compacts_and_says_so(location):
-    from memwal_datasource.table import create_table, read_table
+    from memwal_datasource.table import read_table
 
-    uri, opts = location
-    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
-    store = open_store(uri, opts)
-    for i in range(3):
-        app = WalAppender.open(store, SHARD)
-        app.append(SCHEMA, [batch([i, 10 + i])])
-        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
-                                                        app.last_position, 2)])
+    uri, opts, store = pk_table_with_commits(location, 3)
     args = [x for k, v in opts.items() for x in ("--storage", f"{k}={v}")]
     out = invoke("compact", uri, "--dry-run", *args)
     assert out.exit_code == 0 and "3 commit record(s) to compact (dry run" in out.stdout
-    assert read_table(uri, opts).num_rows == 6 and not any(store.list("_memwal_compaction/"))
+    assert read_table(uri, opts).num_rows == 3 and not any(store.list("_memwal_compaction/"))
     out = invoke("compact", uri, "--max-records-per-round", "2", "--json", *args)
     assert out.exit_code == 0, out.output
     body = json.loads(out.stdout)
@@ -289,7 +297,7 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
     from memwal_datasource.options import lance_storage_options
 
     base = lance.dataset(uri, storage_options=lance_storage_options(opts)).to_table()
-    assert sorted(base.column("id").to_pylist()) == [0, 1, 2, 10, 11, 12]
+    assert sorted(base.column("id").to_pylist()) == [0, 1, 2]
     out = invoke("compact", uri, *args)
     assert out.exit_code == 0 and "0 commit record(s) to compact" in out.stdout
 
@@ -297,16 +305,9 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
 @pytest.mark.parametrize("backend", ["local"])
 def test_gc_dry_run_lists_then_deletes(location):
     from memwal_datasource.compact import compact
-    from memwal_datasource.table import MemWalTable, create_table
+    from memwal_datasource.table import MemWalTable
 
-    uri, opts = location
-    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
-    store = open_store(uri, opts)
-    for i in range(2):
-        app = WalAppender.open(store, SHARD)
-        app.append(SCHEMA, [batch([i])])
-        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
-                                                        app.last_position, 1)])
+    uri, opts, store = pk_table_with_commits(location, 2)
     compact(MemWalTable(uri, opts))
     out = invoke("gc", uri, "--retain-hours", "0", "--dry-run")
     assert out.exit_code == 0, out.output
@@ -324,16 +325,9 @@ def test_gc_dry_run_lists_then_deletes(location):
 def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
     from memwal_datasource.compact import compact
     from memwal_datasource.gc import collect
-    from memwal_datasource.table import MemWalTable, create_table
+    from memwal_datasource.table import MemWalTable
 
-    uri, opts = location
-    create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
-    store = open_store(uri, opts)
-    for i in range(3):
-        app = WalAppender.open(store, SHARD)
-        app.append(SCHEMA, [batch([i])])
-        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
-                                                        app.last_position, 1, 10)])
+    uri, opts, store = pk_table_with_commits(location, 3, nbytes=10)
     CommitLog(store).checkpoint()
     compact(MemWalTable(uri, opts))
     collect(MemWalTable(uri, opts), retain_seconds=0)
