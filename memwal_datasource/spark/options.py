@@ -20,6 +20,8 @@ from ..native import check_native_config
 from ..options import normalize, parse_bool, redact
 
 STORAGE_PREFIX = "storage."
+# WAL-only Spark tasks queue at most this many WAL entries' worth of batches.
+SPARK_QUEUE_ENTRIES = 2
 # Shard ids are uuid5 in this namespace of (table, writer group, partition).
 SHARD_NAMESPACE = uuid.UUID("5d0f3c39-2a64-4a55-9a0e-6d2c7c3b8b1e")
 
@@ -133,6 +135,11 @@ class WriteOptions:
             # every row durable, so per-put durability buys a Spark task nothing
             # but latency; an explicit durable_write is honoured.
             config = replace(config, durable_write=False)
+        if not config.enable_memtable and "max_unflushed_memtable_bytes" not in opts:
+            # Lance's 1 GiB queue budget would let a task's Python worker hold a GiB of
+            # batches; two WAL entries' worth keeps the pipeline full and memory bounded.
+            config = replace(config, max_unflushed_memtable_bytes=SPARK_QUEUE_ENTRIES
+                             * config.max_wal_buffer_size).validate()
         if config.enable_memtable:
             check_native_config(config)
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,

@@ -114,6 +114,14 @@ def test_option_parsing_units():
     assert w.config.durable_write is False
     explicit = WriteOptions.parse({"path": "/x/t.lance", "durable_write": "true"})
     assert explicit.config.durable_write is True
+    # A WAL-only task queues two WAL entries' worth, not Lance's 1 GiB; explicit wins.
+    wal = WriteOptions.parse({"path": "p", "enable_memtable": "false",
+                              "max_wal_buffer_size": str(4 << 20)})
+    assert wal.config.max_unflushed_memtable_bytes == 8 << 20
+    assert WriteOptions.parse({"path": "p", "enable_memtable": "false",
+                               "max_unflushed_memtable_bytes": str(1 << 30)}
+                              ).config.max_unflushed_memtable_bytes == 1 << 30
+    assert WriteOptions.parse({"path": "p"}).config.max_unflushed_memtable_bytes == 1 << 30
     r = ReadOptions.parse({"path": "p", "starting_positions": '{"%s": 3}' % ("0" * 32)})
     assert list(r.starting.values()) == [3]
     for bad, match in [({"isolation": "dirty"}, "option 'isolation' must be one of"),
