@@ -8,10 +8,12 @@ that names the option and what is allowed.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from urllib.parse import urlparse
 
 from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
@@ -85,12 +87,21 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def table_path(options: Mapping[str, str]) -> str:
-    """The table URI from ``path`` (``.save(path)`` / ``.load(path)``)."""
+    """The table URI from ``path`` (``.save(path)`` / ``.load(path)``).
+
+    A relative local path is made absolute here, on the driver, once: executors
+    run in other working directories, and would otherwise write the WAL under
+    theirs while the driver commits under its own.
+    """
     path = options.get("path") or options.get("location")
     if not path:
         raise ConfigError("option 'path' is required: .save('<table uri>') or "
                           f".option('path', ...) (got options {sorted(options)})")
-    return path.rstrip("/")
+    path = path.rstrip("/") or "/"
+    scheme = urlparse(path).scheme
+    if len(scheme) <= 1:  # no scheme (or a Windows drive letter): a local path
+        path = os.path.abspath(path)
+    return path
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:

@@ -115,6 +115,7 @@ def main() -> None:
         SparkContext._ensure_initialized()
         if sys.stdin.readline().strip() != "go":
             sys.exit("no 'go' on stdin: the cluster never became ready")
+    os.chdir(work)
     spark = (
         SparkSession.builder.master(master)
         .appName("memwal-cluster-test")
@@ -134,8 +135,9 @@ def main() -> None:
             "driver_pid": os.getpid(),
             "driver_lineage": lineage(),
             "app_id": spark.sparkContext.applicationId,
-            "modes": {m: run_mode(spark, os.path.join(work, f"memtable_{m}.lance"), m)
-                      for m in MODES},
+            # Relative paths, as users type them: the driver must resolve them once,
+            # or executors (in the worker's directory) would write somewhere else.
+            "modes": {m: run_mode(spark, f"memtable_{m}.lance", m) for m in MODES},
         }
     finally:
         spark.stop()

@@ -110,6 +110,12 @@ def test_option_parsing_units():
         w.shard_for(3)
     with pytest.raises(ConfigError, match="option 'path' is required"):
         WriteOptions.parse({})
+    # Relative local paths are resolved on the driver, once; URIs are left alone.
+    import os
+
+    assert WriteOptions.parse({"path": "rel/t.lance/"}).path == os.path.abspath("rel/t.lance")
+    assert ReadOptions.parse({"path": "rel/t.lance"}).path == os.path.abspath("rel/t.lance")
+    assert WriteOptions.parse({"path": "s3://b/t.lance/"}).path == "s3://b/t.lance"
     # Tasks flush at close before reporting, so per-put durability is opt-in.
     assert w.config.durable_write is False
     explicit = WriteOptions.parse({"path": "/x/t.lance", "durable_write": "true"})
