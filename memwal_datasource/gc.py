@@ -31,7 +31,7 @@ from . import hooks
 from .commit import GC, record_key
 from .format import MEM_WAL_DIR, manifest_key, parse_bit_reversed_name
 from .manifest import ManifestStore
-from .table import MemWalTable, round_key
+from .table import MemWalTable, TableSnapshot, round_key
 from .wal import WalAppender
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,9 @@ class GcPlan:
         return sum(n for _, n in self.items())
 
 
-def _floors(table: MemWalTable, retain_ms: int) -> tuple[dict[str, int], int, int]:
+def _floors(table: MemWalTable, snap: TableSnapshot,
+            retain_ms: int) -> tuple[dict[str, int], int, int]:
     """(floor per shard, last record wholly released, first stored record)."""
-    snap = table.snapshot()
     now = int(time.time() * 1000)
     first = table.commits.first_stored()
     released: dict[str, int] = {}  # shard: positions below are compacted and old
@@ -106,7 +106,8 @@ def plan(table: MemWalTable, *, retain_seconds: float = 3600.0,
          retain_manifest_versions: int = 10) -> GcPlan:
     """What a collection would delete now (nothing is changed)."""
     out = GcPlan()
-    floors, out.through_seq, first = _floors(table, int(retain_seconds * 1000))
+    snap = table.snapshot()
+    floors, out.through_seq, first = _floors(table, snap, int(retain_seconds * 1000))
     for shard, floor in sorted(floors.items()):
         stored = _stored_positions(table, shard)
         doomed = sorted(p for p in stored if p < floor)
@@ -135,7 +136,6 @@ def plan(table: MemWalTable, *, retain_seconds: float = 3600.0,
             size = table.store.head(key)
             if size is not None:
                 out.manifests.append((key, size))
-    snap = table.snapshot()
     for number in range(1, snap.compacted_round):
         size = table.store.head(round_key(number))
         if size is not None:
