@@ -8,6 +8,8 @@ our own S3 store. Unset values fall through to the standard AWS chain
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -132,3 +134,38 @@ class S3Options:
                 S3_READ_TIMEOUT, opts.get(S3_READ_TIMEOUT, "60"), float, 0.1
             ),
         )
+
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PAIR = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
+
+
+def load_options(path: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Read a ``.properties`` file of memwal options (see ``conf/``) into a dict.
+
+    ``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start comments;
+    ``${NAME}`` is replaced by the environment variable ``NAME``. Use it as
+    ``df.write.format("memwal").options(**load_options("conf/s3.properties"))``.
+    An unset variable is an error naming the file, line and variable (never a value).
+    """
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line[0] in "#!":
+                continue
+            pair = _PAIR.match(line)
+            if pair is None:
+                raise ConfigError(f"{path} line {number}: expected 'key=value'")
+            key, value = pair.group(1), pair.group(2)
+
+            def expand(m: re.Match, number: int = number) -> str:
+                name = m.group(1)
+                if name not in env:
+                    raise ConfigError(f"{path} line {number}: environment variable '{name}' "
+                                      "is not set")
+                return env[name]
+
+            out[key] = _PLACEHOLDER.sub(expand, value)
+    return out
