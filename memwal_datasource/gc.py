@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from . import hooks
 from .commit import GC, record_key
-from .format import MEM_WAL_DIR, manifest_key, parse_bit_reversed_name
+from .format import manifest_key, parse_bit_reversed_name
 from .manifest import ManifestStore
 from .table import MemWalTable, TableSnapshot, round_key
 from .wal import WalAppender
@@ -91,17 +91,6 @@ def _floors(table: MemWalTable, snap: TableSnapshot,
     return floors, through, first
 
 
-def _stored_positions(table: MemWalTable, shard: str) -> dict[int, str]:
-    out = {}
-    for key in table.store.list(f"{MEM_WAL_DIR}/{shard}/wal/"):
-        if key.endswith(".arrow"):
-            try:
-                out[parse_bit_reversed_name(key)] = key
-            except ValueError:
-                continue
-    return out
-
-
 def plan(table: MemWalTable, *, retain_seconds: float = 3600.0,
          retain_manifest_versions: int = 10) -> GcPlan:
     """What a collection would delete now (nothing is changed)."""
@@ -109,7 +98,7 @@ def plan(table: MemWalTable, *, retain_seconds: float = 3600.0,
     snap = table.snapshot()
     floors, out.through_seq, first = _floors(table, snap, int(retain_seconds * 1000))
     for shard, floor in sorted(floors.items()):
-        stored = _stored_positions(table, shard)
+        stored = table.tailer(shard).stored()
         doomed = sorted(p for p in stored if p < floor)
         if doomed:
             out.shards.append(ShardPlan(shard, doomed[0], floor, [

@@ -257,16 +257,19 @@ class WalTailer:
             return None
         return decode_wal_entry(data, self._where(position))
 
-    def _lowest_stored(self) -> int | None:
-        lowest = None
+    def stored(self) -> dict[int, str]:
+        """``{position: key}`` of every WAL entry stored (one listing)."""
+        out: dict[int, str] = {}
         for key in self.store.list(f"{MEM_WAL_DIR}/{self.shard_id}/wal/"):
             if key.endswith(".arrow"):
                 try:
-                    p = parse_bit_reversed_name(key)
+                    out[parse_bit_reversed_name(key)] = key
                 except ValueError:
                     continue
-                lowest = p if lowest is None else min(lowest, p)
-        return lowest
+        return out
+
+    def _lowest_stored(self) -> int | None:
+        return min(self.stored(), default=None)
 
     def first_position(self) -> int:
         """The lowest existing WAL position (the tip if the WAL is empty)."""
