@@ -128,3 +128,47 @@ def wal_entries(store: ObjectStore, shard: str) -> list[tuple[int, int, int, boo
     """(position, epoch, rows, is_sentinel) of every entry."""
     return [(p, e.writer_epoch, e.num_rows, e.is_sentinel)
             for p, e in WalTailer(store, shard).entries(1, include_sentinels=True)]
+
+
+class HeldOpen:
+    """Open a WAL appender in a thread and hold it right after its claim of ``epoch``.
+
+    ``with HeldOpen(store, shard, epoch) as z:`` returns once the claim has landed
+    and the opener is paused before finding the tip; leaving the block releases
+    it and joins the thread; ``z.outcome`` is then the appender or the exception
+    its open raised. Hooks, not sleeps: the pause is an Event.
+    """
+
+    def __init__(self, store: ObjectStore, shard: str, epoch: int):
+        import threading
+
+        self.store, self.shard, self.epoch = store, shard, epoch
+        self.held, self.release = threading.Event(), threading.Event()
+        self.outcome: object = None
+        self._thread = threading.Thread(target=self._run)
+
+    def _hold(self, shard, epoch, version):
+        if shard == self.shard and epoch == self.epoch:
+            self.held.set()
+            assert self.release.wait(30)
+
+    def _run(self):
+        from memwal_datasource.wal import WalAppender
+
+        try:
+            self.outcome = WalAppender.open(self.store, self.shard)
+        except Exception as exc:  # noqa: BLE001 - inspected by the test
+            self.outcome = exc
+
+    def __enter__(self) -> HeldOpen:
+        from memwal_datasource import hooks
+
+        self._remove = hooks.register("claim.written", self._hold)
+        self._thread.start()
+        assert self.held.wait(30), "the opener never reached its claim"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self._thread.join(30)
+        self._remove()

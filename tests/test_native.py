@@ -236,46 +236,19 @@ def test_crash_memtable_mode_replays_every_acknowledged_row(table, tmp_path):
 @native_backends
 def test_zombie_held_before_its_tip_is_fenced_after_a_native_writer(table):
     """Our writer stalls between claim and tip; pylance's writer claims, writes, closes."""
-    import threading
-
     import lance
     import pyarrow as pa
 
-    from memwal_datasource import hooks
-    from memwal_datasource.wal import WalAppender
+    from tests.helpers import HeldOpen
 
     uri, opts = table
     shard = new_shard()
     store = open_store(uri, opts)
-    held, release = threading.Event(), threading.Event()
-
-    def hold(shard, epoch, version):
-        held.set()
-        assert release.wait(30)
-
-    remove = hooks.register("claim.written", hold)
-    outcome: dict = {}
-
-    def run_zombie():
-        try:
-            outcome["z"] = WalAppender.open(store, shard)
-        except Exception as exc:  # noqa: BLE001 - inspected below
-            outcome["z"] = exc
-
-    try:
-        zombie = threading.Thread(target=run_zombie)
-        zombie.start()
-        assert held.wait(30)
-        remove()
+    with HeldOpen(store, shard, epoch=1) as zombie:
         ds = lance.dataset(uri, storage_options=lance_storage_options(opts))
         with ds.mem_wal_writer(shard, max_wal_flush_interval_ms=10) as native:
             native.put(pa.Table.from_batches([make_batch(0, 3)]))
-        release.set()
-        zombie.join(30)
-    finally:
-        release.set()
-        hooks.clear()
-    assert isinstance(outcome["z"], Fenced) and outcome["z"].stored_epoch == 2
+    assert isinstance(zombie.outcome, Fenced) and zombie.outcome.stored_epoch == 2
     assert [e for e in wal_entries(store, shard) if e[1] == 1 and not e[3]] == []
 
 

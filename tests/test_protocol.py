@@ -33,7 +33,15 @@ from memwal_datasource.format import (
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.store import MAX_BACKOFF_S, backoff_delay, put_resolved
 from memwal_datasource.wal import MAX_POSITION_CONFLICTS, TIP_REFRESH_EVERY, WalAppender, WalTailer
-from tests.helpers import SCHEMA, FlakyStore, make_batch, new_shard, wal_entries, wal_rows
+from tests.helpers import (
+    SCHEMA,
+    FlakyStore,
+    HeldOpen,
+    make_batch,
+    new_shard,
+    wal_entries,
+    wal_rows,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -238,35 +246,13 @@ def test_conflict_cap_poisons_the_writer(any_store, monkeypatch):
 
 def test_zombie_held_between_claim_and_tip_is_fenced_at_open(any_store):
     """Writer A claims, stalls before its tip; B claims, writes and closes; A must fail."""
-    import threading
-
     shard = new_shard()
     WalAppender.open(any_store, shard).append(SCHEMA, [make_batch(0, 1)])  # epoch 1
-    held, release = threading.Event(), threading.Event()
-
-    def hold(shard, epoch, version):
-        if epoch == 2:
-            held.set()
-            assert release.wait(30)
-
-    hooks.register("claim.written", hold)
-    outcome: dict = {}
-
-    def run_a():
-        try:
-            outcome["a"] = WalAppender.open(any_store, shard)
-        except Exception as exc:  # noqa: BLE001 - inspected below
-            outcome["a"] = exc
-
-    a = threading.Thread(target=run_a)
-    a.start()
-    assert held.wait(30)
-    b = WalAppender.open(any_store, shard)  # epoch 3: sentinel at 2
-    for i in range(3):
-        b.append(SCHEMA, [make_batch(10 + i, 1)])
-    release.set()
-    a.join(30)
-    assert isinstance(outcome["a"], Fenced) and outcome["a"].stored_epoch == 3
+    with HeldOpen(any_store, shard, epoch=2) as a:
+        b = WalAppender.open(any_store, shard)  # epoch 3: sentinel at 2
+        for i in range(3):
+            b.append(SCHEMA, [make_batch(10 + i, 1)])
+    assert isinstance(a.outcome, Fenced) and a.outcome.stored_epoch == 3
     entries = wal_entries(any_store, shard)
     # A dropped its sentinel above B's entries, but no data entry of epoch 2 exists.
     assert [e for e in entries if e[1] == 2 and not e[3]] == []
