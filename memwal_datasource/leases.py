@@ -1,0 +1,552 @@
+"""Shard leases: keep live writers of different jobs (and tasks) off one shard.
+
+Correctness never rests on a lease. Each writer still claims a new epoch on
+the shard manifest, and that claim fences every older writer. Leases only
+stop live writers from fencing each other. A stale or lost lease costs a
+wait or a retry, never data.
+
+Layout: ``_memwal_leases/{shard_id}/{generation:020d}.json``. Every state
+change (acquire, renew, release) writes the next generation put-if-absent
+through :func:`~memwal_datasource.store.put_resolved`. A lost acknowledgement
+is read back: each body carries a random nonce, so our bytes are never taken
+for a rival's. The current lease is the highest generation. A successful
+write deletes generations below ``g - 2``, so a shard's listing stays at about
+three keys and stays cheap. These are not WAL files, so deleting them is safe.
+Because of that deletion, a writer whose listing is very stale could create a
+freed low generation. So every write lists again afterwards and counts as won
+only if nothing higher exists.
+
+Rules for a lease that is live for another holder (not released, and
+``now <= expires_ms``):
+
+* same job and same partition (a retried or speculative attempt): take it
+  over. The older attempt is fenced by the newer attempt's epoch claim.
+* same job, other partition: :class:`SiblingHoldsShard`, at once. Two
+  partitions of one job route to one shard.
+* another job: not available. :meth:`Leases.acquire` waits up to
+  ``wait_s``, then raises :class:`LeaseHeld` naming the holder.
+
+Clocks: ``expires_ms`` is set from the writer's clock and compared with the
+reader's. The TTL must be well above the clock skew between hosts, and above
+the pauses a holder may take between renewals. The default is 120 s, renewed
+every TTL/3 by :meth:`Leases.held`. If skew makes a lease look expired too
+early, two writers share a shard for a while and fence each other: a retry,
+never lost data.
+
+Hook points (:mod:`memwal_datasource.hooks`):
+``lease.before_put`` (shard, generation, kind = acquire/renew/release, job_id,
+partition), ``lease.acquired`` (shard, generation, job_id, partition),
+``lease.renewed`` (shard, generation, expires_ms), ``lease.released`` (shard,
+generation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from . import hooks
+from .errors import MemWalError, StoreError
+from .store import ObjectStore, put_resolved
+
+log = logging.getLogger(__name__)
+
+LEASES_DIR = "_memwal_leases"
+DEFAULT_TTL_S = 120.0
+KEEP_GENERATIONS = 3  # the current one and the two below it (g-2 .. g)
+_NAME = re.compile(r"(\d{20})\.json$")
+# A lost race means a rival wrote the same generation. Between live holders
+# that happens a handful of times. This only bounds a pathological livelock.
+_MAX_RACES = 100
+
+
+class LeaseError(MemWalError):
+    """Base class of the lease errors."""
+
+
+class LeaseHeld(LeaseError):
+    """Another live job holds the shard (or every shard of a pool) after waiting."""
+
+    def __init__(self, shard: str, lease: Lease | None, waited_s: float, detail: str = ""):
+        self.shard = shard
+        self.lease = lease
+        self.holder = lease.holder if lease else None
+        self.waited_s = waited_s
+        who = lease.describe() if lease else "another writer"
+        super().__init__(
+            f"shard {shard} is leased by {who}; waited {waited_s:.1f} s for it"
+            + (f" ({detail})" if detail else "")
+            + ". Two live jobs must not write one shard at once: wait for that job to "
+              "finish, give this one a longer wait, or write to a different writer group")
+
+
+class NoFreeShard(LeaseHeld):
+    """Every shard of a pool is leased by other live writers after waiting."""
+
+    def __init__(self, shards: list[str], leases: list[Lease], waited_s: float):
+        self.shards = shards
+        self.leases = leases
+        self.shard = shards[0] if shards else ""
+        self.lease = leases[0] if leases else None
+        self.holder = self.lease.holder if self.lease else None
+        self.waited_s = waited_s
+        holders = sorted({lease.holder.describe() for lease in leases})
+        shown = "; ".join(holders[:5]) + (f"; and {len(holders) - 5} more" if len(holders) > 5
+                                          else "")
+        MemWalError.__init__(
+            self,
+            f"no free shard among {len(shards)} after waiting {waited_s:.1f} s: every one is "
+            f"leased by a live writer ({shown}). Use a larger pool (num_shards), fewer "
+            "concurrent writers, or a longer wait")
+
+
+class SiblingHoldsShard(LeaseError):
+    """Another partition of the same job holds the shard: two partitions route to it."""
+
+    def __init__(self, shard: str, lease: Lease, holder: Holder):
+        self.shard = shard
+        self.lease = lease
+        self.holder = lease.holder
+        super().__init__(
+            f"shard {shard} is held by partition {lease.holder.partition} of the same job "
+            f"{holder.job_id} ({lease.describe()}), so partition {holder.partition} cannot "
+            "write it: two partitions of one job route to one shard")
+
+
+class LeaseLost(LeaseError):
+    """Our lease was taken over (or could not be renewed in time): stop writing."""
+
+    def __init__(self, shard: str, lease: Lease, by: Lease | None, reason: str = ""):
+        self.shard = shard
+        self.lease = lease
+        self.by = by
+        if not reason:
+            reason = (f"taken by {by.describe()}" if by is not None and not by.released
+                      else "released" if by is not None else "its lease files are gone")
+        super().__init__(
+            f"shard {shard}: lost the lease of {lease.holder.describe()} ({reason}); "
+            "another writer may claim the shard and fence this one, so stop writing")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease. ``job_id`` and ``partition`` decide the rules. The rest is for people."""
+
+    job_id: str
+    partition: int
+    attempt: int = 0
+    label: str = ""  # e.g. "stream <query> batch 7" or "job <id>"
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+    def describe(self) -> str:
+        """A one-line description for errors and logs."""
+        name = self.label or f"job {self.job_id}"
+        return (f"'{name}' (partition {self.partition}, attempt {self.attempt}) "
+                f"on {self.host} pid {self.pid}")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One lease record: generation ``generation`` of ``shard``.
+
+    ``lease_id`` stays the same across renewals and the release of one
+    acquisition. ``nonce`` is fresh in every record, so a read-back can tell
+    our write from a rival's.
+    """
+
+    shard: str
+    generation: int
+    holder: Holder
+    lease_id: str
+    acquired_ms: int
+    expires_ms: int
+    released: bool = False
+    nonce: str = ""
+
+    def live(self, now_ms: int) -> bool:
+        """Whether the lease still keeps other jobs off: not released, not expired."""
+        return not self.released and now_ms <= self.expires_ms
+
+    def describe(self) -> str:
+        """Holder and expiry, for errors."""
+        until = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.expires_ms / 1000))
+        state = "released" if self.released else f"until {until}"
+        return f"{self.holder.describe()} {state}"
+
+    def encode(self) -> bytes:
+        """The JSON body of the lease file."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+    @staticmethod
+    def decode(data: bytes, shard: str, generation: int) -> Lease:
+        """Parse a lease body. Raises ``ValueError`` if it is damaged or names another file."""
+        raw = json.loads(data)
+        # Unknown fields are ignored so a newer writer's records stay readable.
+        holder = Holder(**{k: raw["holder"][k] for k in _HOLDER_FIELDS if k in raw["holder"]})
+        lease = Lease(**{k: raw[k] for k in _LEASE_FIELDS if k in raw and k != "holder"},
+                      holder=holder)
+        if lease.shard != shard or lease.generation != generation:
+            raise ValueError(f"its body names shard {lease.shard} generation {lease.generation}")
+        return lease
+
+
+_HOLDER_FIELDS = tuple(f.name for f in dataclasses.fields(Holder))
+_LEASE_FIELDS = tuple(f.name for f in dataclasses.fields(Lease))
+
+
+class Leases:
+    """Shard leases of one table. Thread-safe: it has no mutable state of its own.
+
+    ``clock`` returns seconds (``time.time``). ``sleep`` is what waiting
+    calls. Tests inject both to move time without sleeping. ``retries`` and
+    ``retry_base_delay_ms`` bound each conditional write (see
+    :func:`put_resolved`).
+    """
+
+    def __init__(self, store: ObjectStore, ttl_s: float = DEFAULT_TTL_S, *,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 retries: int = 3, retry_base_delay_ms: int = 50,
+                 max_backoff_s: float = 2.0):
+        if ttl_s <= 0:
+            raise ValueError(f"lease ttl_s must be positive, got {ttl_s}")
+        self.store = store
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.sleep = sleep
+        self.retries = retries
+        self.retry_base_delay_ms = retry_base_delay_ms
+        self.max_backoff_s = max_backoff_s
+
+    # -- reading ---------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _key(self, shard: str, generation: int) -> str:
+        return f"{LEASES_DIR}/{shard}/{generation:020d}.json"
+
+    def _generations(self, shard: str) -> list[int]:
+        gens = []
+        for key in self.store.list(f"{LEASES_DIR}/{shard}/"):
+            m = _NAME.search(key)
+            if m:
+                gens.append(int(m.group(1)))
+        return sorted(gens)
+
+    def _latest(self, shard: str) -> tuple[int, Lease | None]:
+        """(highest generation, its lease). A damaged body reads as no lease.
+
+        A damaged lease keeps nobody off the shard."""
+        for _ in range(_MAX_RACES):
+            gens = self._generations(shard)
+            if not gens:
+                return 0, None
+            gen = gens[-1]
+            key = self._key(shard, gen)
+            try:
+                data = self.store.get(key)
+            except FileNotFoundError:
+                continue  # cleaned up after a newer generation landed: list again
+            try:
+                return gen, Lease.decode(data, shard, gen)
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning("ignoring damaged lease file %s (%d bytes): %s",
+                            self.store.describe(key), len(data), exc)
+                return gen, None
+        raise StoreError(f"shard {shard}: lease files kept changing under {LEASES_DIR}/")
+
+    def current(self, shard: str) -> Lease | None:
+        """The shard's latest lease record (possibly released or expired), or ``None``."""
+        return self._latest(_shard_id(shard))[1]
+
+    # -- writing ---------------------------------------------------------------
+
+    def _write(self, lease: Lease, kind: str) -> bool:
+        """Put ``lease`` at its generation.
+
+        Returns ``True`` only if it landed and is still the highest."""
+        hooks.point("lease.before_put", shard=lease.shard, generation=lease.generation,
+                    kind=kind, job_id=lease.holder.job_id, partition=lease.holder.partition)
+        key = self._key(lease.shard, lease.generation)
+        if not put_resolved(self.store, key, lease.encode(), retries=self.retries,
+                            base_delay_ms=self.retry_base_delay_ms,
+                            what=f"shard {lease.shard} lease generation {lease.generation}"):
+            return False
+        # Listing again costs one request and guards against a stale listing.
+        # That writer may have created a generation already freed below the current one.
+        gens = self._generations(lease.shard)
+        if gens and gens[-1] > lease.generation:
+            self._delete(lease.shard, [lease.generation])  # our stray record, below the current
+            return False
+        self._delete(lease.shard, [g for g in gens if g < lease.generation - KEEP_GENERATIONS + 1])
+        return True
+
+    def _delete(self, shard: str, generations: Iterable[int]) -> None:
+        for gen in generations:
+            try:
+                self.store.delete(self._key(shard, gen))
+            except (StoreError, OSError) as exc:  # history only; the next writer retries
+                log.debug("shard %s: could not delete lease generation %d: %s", shard, gen, exc)
+
+    def _verdict(self, cur: Lease | None, holder: Holder, now_ms: int) -> str:
+        if cur is None or not cur.live(now_ms):
+            return "free"
+        if cur.holder.job_id != holder.job_id:
+            return "busy"
+        return "takeover" if cur.holder.partition == holder.partition else "sibling"
+
+    def _try(self, shard: str, holder: Holder) -> tuple[Lease | None, Lease | None]:
+        """(our new lease, None) or (None, the live lease that keeps us off)."""
+        for _ in range(_MAX_RACES):
+            gen, cur = self._latest(shard)
+            now = self._now_ms()
+            verdict = self._verdict(cur, holder, now)
+            if verdict == "busy":
+                return None, cur
+            if verdict == "sibling":
+                assert cur is not None
+                raise SiblingHoldsShard(shard, cur, holder)
+            if verdict == "takeover":
+                log.info("shard %s: %s takes the lease over from %s (an earlier attempt)",
+                         shard, holder.describe(), cur.describe() if cur else "?")
+            new = Lease(shard=shard, generation=gen + 1, holder=holder,
+                        lease_id=uuid.uuid4().hex, acquired_ms=now,
+                        expires_ms=now + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
+            if self._write(new, "acquire"):
+                hooks.point("lease.acquired", shard=shard, generation=new.generation,
+                            job_id=holder.job_id, partition=holder.partition)
+                return new, None
+        raise StoreError(f"shard {shard}: gave up taking a lease after {_MAX_RACES} races")
+
+    def try_acquire(self, shard: str, holder: Holder) -> Lease | None:
+        """Take the shard's lease now, or return ``None`` if another live job holds it.
+
+        Raises :class:`SiblingHoldsShard` if another partition of the same job
+        holds it. Takes over a lease of the same job and partition (an earlier
+        attempt), and any expired or released lease.
+        """
+        return self._try(_shard_id(shard), holder)[0]
+
+    def _backoff(self) -> Iterator[float]:
+        delay = 0.05
+        while True:
+            yield delay
+            delay = min(delay * 2, self.max_backoff_s)
+
+    def acquire(self, shard: str, holder: Holder, wait_s: float = 0.0) -> Lease:
+        """Take the shard's lease; wait up to ``wait_s`` (capped backoff) while another job has it.
+
+        Raises :class:`LeaseHeld` (naming the holder, the shard and the wait)
+        when the wait ends, and :class:`SiblingHoldsShard` at once.
+        """
+        shard = _shard_id(shard)
+        start = self.clock()
+        for delay in self._backoff():
+            lease, blocker = self._try(shard, holder)
+            if lease is not None:
+                return lease
+            left = start + wait_s - self.clock()
+            if left <= 0:
+                raise LeaseHeld(shard, blocker, self.clock() - start)
+            self.sleep(min(delay, left))
+        raise AssertionError("unreachable")
+
+    def pick_free(self, shards: Iterable[str], holder: Holder,
+                  wait_s: float = 0.0) -> tuple[str, Lease]:
+        """Lease the first shard (in the given preference order) no other live writer holds.
+
+        Shards held by siblings or other jobs are skipped. A shard leased by
+        an earlier attempt of this job and partition is taken over. Each shard
+        is atomic: of concurrent takers exactly one gets it, and the others
+        move on. If every shard is held, it waits up to ``wait_s``, then raises
+        :class:`NoFreeShard`.
+        """
+        order = [_shard_id(s) for s in shards]
+        if not order:
+            raise ValueError("pick_free needs at least one shard")
+        start = self.clock()
+        for delay in self._backoff():
+            blockers: list[Lease] = []
+            for shard in order:
+                try:
+                    lease, blocker = self._try(shard, holder)
+                except SiblingHoldsShard as exc:
+                    blockers.append(exc.lease)
+                    continue
+                if lease is not None:
+                    return shard, lease
+                if blocker is not None:
+                    blockers.append(blocker)
+            left = start + wait_s - self.clock()
+            if left <= 0:
+                raise NoFreeShard(order, blockers, self.clock() - start)
+            self.sleep(min(delay, left))
+        raise AssertionError("unreachable")
+
+    def renew(self, lease: Lease) -> Lease:
+        """Extend ``lease`` by a TTL from now. Returns the new record.
+
+        Raises :class:`LeaseLost` if another holder took the shard or the
+        lease was released. A renewal that landed although its
+        acknowledgement was lost is recognised by ``lease_id`` and renewed on.
+        """
+        shard = lease.shard
+        for _ in range(_MAX_RACES):
+            gen, cur = self._latest(shard)
+            if cur is None or cur.lease_id != lease.lease_id or cur.released:
+                raise LeaseLost(shard, lease, cur)
+            now = self._now_ms()
+            new = dataclasses.replace(cur, generation=gen + 1,
+                                      expires_ms=now + int(self.ttl_s * 1000),
+                                      nonce=uuid.uuid4().hex)
+            if self._write(new, "renew"):
+                hooks.point("lease.renewed", shard=shard, generation=new.generation,
+                            expires_ms=new.expires_ms)
+                return new
+        raise StoreError(f"shard {shard}: gave up renewing a lease after {_MAX_RACES} races")
+
+    def release(self, lease: Lease) -> bool:
+        """Mark ``lease`` released so others can take the shard at once. Best effort.
+
+        Returns ``True`` when a released record is current. It never raises:
+        a release that fails leaves a lease that expires at ``expires_ms``, and
+        a retry of the same job and partition takes it over at once.
+        """
+        shard = lease.shard
+        try:
+            for _ in range(_MAX_RACES):
+                gen, cur = self._latest(shard)
+                if cur is None or cur.lease_id != lease.lease_id:
+                    return False  # someone else holds it now: nothing of ours to release
+                if cur.released:
+                    return True
+                new = dataclasses.replace(cur, generation=gen + 1, released=True,
+                                          expires_ms=self._now_ms(), nonce=uuid.uuid4().hex)
+                if self._write(new, "release"):
+                    hooks.point("lease.released", shard=shard, generation=new.generation)
+                    return True
+            return False
+        except Exception as exc:  # noqa: BLE001 - releasing is best effort by contract
+            log.warning("shard %s: could not release the lease of %s (it expires by itself): %s",
+                        shard, lease.holder.describe(), exc)
+            return False
+
+    # -- holding -----------------------------------------------------------------
+
+    def hold(self, lease: Lease, renew_every_s: float | None = None) -> HeldLease:
+        """Keep ``lease`` alive with a background thread (every TTL/3 by default)."""
+        return HeldLease(self, lease, renew_every_s or self.ttl_s / 3)
+
+    @contextmanager
+    def held(self, shard: str, holder: Holder, wait_s: float = 0.0,
+             renew_every_s: float | None = None) -> Iterator[HeldLease]:
+        """``acquire`` the shard, renew it in the background, release it on exit."""
+        with self.hold(self.acquire(shard, holder, wait_s), renew_every_s) as held:
+            yield held
+
+    @contextmanager
+    def held_free(self, shards: Iterable[str], holder: Holder, wait_s: float = 0.0,
+                  renew_every_s: float | None = None) -> Iterator[HeldLease]:
+        """``pick_free`` a shard of the pool, renew it in the background, release it on exit."""
+        _shard, lease = self.pick_free(shards, holder, wait_s)
+        with self.hold(lease, renew_every_s) as held:
+            yield held
+
+
+class HeldLease:
+    """A lease kept alive by a daemon thread until :meth:`release`.
+
+    A renewal that finds the lease taken, or that cannot land before the lease
+    expires, is recorded and stops the thread. :meth:`check` then raises it as
+    :class:`LeaseLost`. Other renewal failures are logged and retried at the
+    next tick.
+    """
+
+    def __init__(self, leases: Leases, lease: Lease, renew_every_s: float):
+        self._leases = leases
+        self._lease = lease
+        self._every = renew_every_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._error: LeaseLost | None = None
+        self._released = False
+        self.renewals = 0
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"lease-renewal-{lease.shard[:8]}")
+        self._thread.start()
+
+    @property
+    def lease(self) -> Lease:
+        """The latest record of this lease (a new generation after each renewal)."""
+        with self._lock:
+            return self._lease
+
+    @property
+    def shard(self) -> str:
+        """The shard this lease covers."""
+        return self._lease.shard
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if a renewal found the lease lost."""
+        with self._lock:
+            error = self._error
+        if error is not None:
+            raise error
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            lease = self.lease
+            try:
+                new = self._leases.renew(lease)
+            except LeaseLost as exc:
+                with self._lock:
+                    self._error = exc
+                return
+            except Exception as exc:  # noqa: BLE001 - retried until the lease would expire
+                if self._leases._now_ms() > lease.expires_ms:
+                    with self._lock:
+                        self._error = LeaseLost(lease.shard, lease, None,
+                                                f"could not renew it before it expired: {exc}")
+                    return
+                log.warning("shard %s: lease renewal failed, retrying: %s", lease.shard, exc)
+                continue
+            with self._lock:
+                self._lease = new
+                self.renewals += 1
+
+    def release(self) -> bool:
+        """Stop renewing and release the lease (best effort, never raises). Idempotent."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            if self._released:
+                return True
+            self._released = True
+        # Safe even when lost: release() only touches a record with our lease_id.
+        return self._leases.release(self.lease)
+
+    def __enter__(self) -> HeldLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _shard_id(shard: str) -> str:
+    try:
+        return str(uuid.UUID(str(shard)))
+    except ValueError:
+        raise ValueError(f"'{shard}' is not a shard id (a UUID)") from None
