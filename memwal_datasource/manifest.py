@@ -125,6 +125,26 @@ class ManifestStore:
                             self.shard_id, exc)
         return ours
 
+    def initialize(self, shard_spec_id: int,
+                   field_entries: list[tuple[str, bytes]]) -> ShardManifest:
+        """Create the shard's version 1 recording its sharding identity; return the latest.
+
+        As Lance's ``initialize_shard``: version 1 holds ``shard_spec_id`` and
+        ``shard_field_entries`` at writer epoch 0, and the first claim (ours or
+        pylance's) copies them into version 2 with epoch 1. If the shard already
+        has a manifest (or a racing creator wins version 1), nothing is written
+        and the latest version is returned for the caller to check.
+        """
+        if self.latest_version() == 0:
+            first = ShardManifest(shard_id=self.shard_id, version=1, writer_epoch=0,
+                                  shard_spec_id=shard_spec_id,
+                                  shard_field_entries=list(field_entries))
+            if self._write(first):
+                return first
+        latest = self.latest()
+        assert latest is not None  # version 1 exists: ours or a racing creator's
+        return latest
+
     def claim_epoch(self, create: bool = True) -> ShardManifest:
         """Claim the shard with ``writer_epoch + 1`` and return the new manifest.
 

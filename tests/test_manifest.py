@@ -117,3 +117,16 @@ def test_thread_race_one_winner_per_epoch(any_store):
     latest = ManifestStore(any_store, shard).latest()
     assert latest.writer_epoch == max(won)
     assert latest.version == 1 + len(won)  # each win is exactly one version
+
+
+def test_initialize_records_identity_and_claims_copy_it(any_store):
+    ms = ManifestStore(any_store, new_shard())
+    first = ms.initialize(1, [("bucket", b"\x03\x00\x00\x00")])
+    assert (first.version, first.writer_epoch) == (1, 0)  # as Lance's initialize_shard
+    claimed = ms.claim_epoch()
+    assert (claimed.version, claimed.writer_epoch) == (2, 1)
+    assert (claimed.shard_spec_id, claimed.shard_field_entries) == (
+        1, [("bucket", b"\x03\x00\x00\x00")])
+    # An existing shard is never rewritten: the latest version comes back to be checked.
+    again = ms.initialize(1, [("bucket", b"\x05\x00\x00\x00")])
+    assert (again.version, again.shard_field_entries) == (2, [("bucket", b"\x03\x00\x00\x00")])

@@ -1,0 +1,302 @@
+"""Sharding specs: which shard each row goes to, the way Lance defines it.
+
+A table's MemWAL index may record one sharding spec (``initialize_mem_wal``
+with ``bucket_column``/``num_buckets``, ``identity_column`` or ``unsharded``;
+Lance gives it spec id 1). Lance's rule for primary-key tables is that every
+row of one key lands in one shard; the spec's value (``bucket(col, N)``, the
+raw ``col`` value, or the constant 0) is what selects it, and
+``lance.mem_wal.evaluate_sharding_spec`` computes it. This module:
+
+* reads a table's spec (:func:`table_sharding`), creates a table with one
+  (:func:`create_table`) and refuses a requested spec that conflicts with the
+  recorded one (:func:`check_requested`);
+* maps a sharding value to a shard id, deterministically
+  (:meth:`Sharding.shard_id`: pylance leaves the shard id to its caller, so
+  the rule is ours and public: ``uuid5(SHARDING_NAMESPACE, spec, value)``);
+* splits a batch by shard (:meth:`Sharding.route`, vectorised, row order kept
+  within each shard, which last-write-wins depends on);
+* records the shard's identity as Lance's format defines it
+  (:func:`initialize_shard`: ``shard_spec_id`` and ``shard_field_entries``,
+  raw little-endian Arrow scalar bytes keyed by the spec's field id).
+
+Spark-free: the Spark layer (``spark/writer.py``, ``spark/routing.py``) uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ConfigError, MemWalError
+from .manifest import ManifestStore
+from .options import lance_storage_options
+from .store import ObjectStore
+
+# Shard ids of sharded tables are uuid5 in this namespace of (spec, value).
+SHARDING_NAMESPACE = uuid.UUID("0b7f6a2e-3c1d-5e84-9f2a-7d4c1b6e8a90")
+BUCKET, IDENTITY, UNSHARDED = "bucket", "identity", "unsharded"
+# Lance: num_buckets must be in [1, 1024].
+MAX_NUM_BUCKETS = 1024
+# Identity values as Lance stores them: little-endian fixed width, or raw UTF-8.
+_INT_FORMATS = {"int8": "<b", "int16": "<h", "int32": "<i", "int64": "<q", "uint8": "<B",
+                "uint16": "<H", "uint32": "<I", "uint64": "<Q"}
+
+
+@dataclass(frozen=True)
+class ShardingRequest:
+    """A spec asked for by options when creating a table (at most one kind)."""
+
+    bucket_column: str | None = None
+    num_buckets: int | None = None
+    identity_column: str | None = None
+
+    def describe(self) -> str:
+        """The request in option names."""
+        if self.bucket_column:
+            return f"shard_by_bucket={self.bucket_column}, num_buckets={self.num_buckets}"
+        return f"shard_by_identity={self.identity_column}"
+
+    def validate(self) -> ShardingRequest:
+        """Refuse half or doubly specified requests, naming the options."""
+        if self.bucket_column and self.identity_column:
+            raise ConfigError("set one of options 'shard_by_bucket' and 'shard_by_identity', "
+                              "not both")
+        if bool(self.bucket_column) != (self.num_buckets is not None):
+            raise ConfigError("options 'shard_by_bucket' and 'num_buckets' go together: "
+                              f"got shard_by_bucket={self.bucket_column!r}, "
+                              f"num_buckets={self.num_buckets!r}")
+        if self.num_buckets is not None and not 1 <= self.num_buckets <= MAX_NUM_BUCKETS:
+            raise ConfigError(f"option 'num_buckets' must be in [1, {MAX_NUM_BUCKETS}] (Lance's "
+                              f"limit), got {self.num_buckets}")
+        return self
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """A table's sharding spec, ready to evaluate on batches (picklable).
+
+    ``spec`` is the dict ``mem_wal_index_details()['sharding_specs'][i]``;
+    ``lance_schema`` resolves its source field ids to column names.
+    """
+
+    spec: Mapping[str, Any]
+    lance_schema: Any = field(repr=False)
+    columns: tuple[str, ...] = ()
+
+    @property
+    def spec_id(self) -> int:
+        """The spec's id (Lance's automatic spec is 1)."""
+        return int(self.spec["spec_id"])
+
+    @property
+    def _field(self) -> Mapping[str, Any]:
+        return self.spec["fields"][0]
+
+    @property
+    def field_id(self) -> str:
+        """The spec field's id (``bucket`` for every spec Lance 14 creates)."""
+        return str(self._field["field_id"])
+
+    @property
+    def transform(self) -> str:
+        """``bucket``, ``identity`` or ``unsharded``."""
+        return str(self._field.get("transform") or "")
+
+    @property
+    def num_buckets(self) -> int | None:
+        """Bucket count of a ``bucket`` spec."""
+        raw = (self._field.get("parameters") or {}).get("num_buckets")
+        return int(raw) if raw is not None else None
+
+    def describe(self) -> str:
+        """The spec in words, for messages."""
+        if self.transform == BUCKET:
+            return f"bucket({self.columns[0]}, {self.num_buckets}) (spec id {self.spec_id})"
+        if self.transform == IDENTITY:
+            return f"identity({self.columns[0]}) (spec id {self.spec_id})"
+        return f"{self.transform} (spec id {self.spec_id})"
+
+    def matches(self, request: ShardingRequest) -> bool:
+        """True if ``request`` asks for exactly this spec."""
+        if request.bucket_column:
+            return (self.transform == BUCKET and self.columns == (request.bucket_column,)
+                    and self.num_buckets == request.num_buckets)
+        return self.transform == IDENTITY and self.columns == (request.identity_column,)
+
+    # -- values -------------------------------------------------------------------------
+
+    def values(self, batch: pa.RecordBatch) -> pa.Array:
+        """Each row's sharding value, computed by Lance itself."""
+        from lance.mem_wal import evaluate_sharding_spec
+
+        missing = [c for c in self.columns if c not in batch.schema.names]
+        if missing:
+            raise ConfigError(f"the table is sharded by {self.describe()}: the rows must carry "
+                              f"column(s) {missing} (got {batch.schema.names})")
+        return evaluate_sharding_spec(batch, dict(self.spec), self.lance_schema).column(0)
+
+    def value_bytes(self, value: Any) -> bytes | None:
+        """A sharding value as Lance stores it in ``shard_field_entries`` (None for null)."""
+        if value is None:
+            return None
+        kind = str(self._field.get("result_type") or "")
+        if kind in _INT_FORMATS:
+            return struct.pack(_INT_FORMATS[kind], value)
+        if kind in ("utf8", "large_utf8", "string", "large_string"):
+            return value.encode()
+        if kind in ("boolean", "bool"):
+            return b"\x01" if value else b"\x00"
+        raise ConfigError(f"sharding value type '{kind}' of {self.describe()} is not supported")
+
+    def field_entries(self, value: Any) -> list[tuple[str, bytes]]:
+        """``shard_field_entries`` of the shard holding ``value`` (none for a null value)."""
+        raw = self.value_bytes(value)
+        return [] if raw is None else [(self.field_id, raw)]
+
+    def shard_id(self, value: Any) -> str:
+        """The shard of a sharding value: ``uuid5(SHARDING_NAMESPACE, spec + value)``.
+
+        Deterministic across jobs, processes and table URIs (shard ids only
+        need to be unique inside one table's ``_mem_wal/``). The spec's
+        transform and parameters are part of the name, so a table recreated
+        with another bucket count never reuses a shard id for other rows.
+        """
+        raw = self.value_bytes(value)
+        params = json.dumps(dict(self._field.get("parameters") or {}), sort_keys=True)
+        name = (f"{self.spec_id}|{self.field_id}|{self.transform}|{params}|"
+                f"{'null' if raw is None else raw.hex()}")
+        return str(uuid.uuid5(SHARDING_NAMESPACE, name))
+
+    # -- routing ------------------------------------------------------------------------
+
+    def route(self, batch: pa.RecordBatch) -> dict[str, tuple[Any, pa.RecordBatch]]:
+        """Split ``batch`` by shard: ``{shard_id: (sharding value, rows in order)}``."""
+        if not batch.num_rows:
+            return {}
+        values = self.values(batch)
+        encoded = values.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        dictionary = encoded.dictionary.to_pylist()
+        if encoded.indices.null_count:  # null values form one more group
+            codes = np.where(np.asarray(encoded.indices.is_null()), len(dictionary),
+                             codes).astype(np.int64)
+            dictionary.append(None)
+        if len(dictionary) == 1:
+            return {self.shard_id(dictionary[0]): (dictionary[0], batch)}
+        # A stable sort keeps each group's rows in their original order.
+        order = np.argsort(codes, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(dictionary)))])
+        out = {}
+        for code, value in enumerate(dictionary):
+            lo, hi = int(bounds[code]), int(bounds[code + 1])
+            if hi > lo:
+                out[self.shard_id(value)] = (value, batch.take(pa.array(order[lo:hi])))
+        return out
+
+
+def spec_of(details: Mapping[str, Any] | None, lance_schema, uri: str) -> Sharding | None:
+    """The :class:`Sharding` recorded in MemWAL index ``details`` (None if manual)."""
+    specs = list((details or {}).get("sharding_specs") or [])
+    if not specs:
+        return None
+    if len(specs) > 1:
+        raise MemWalError(f"the table at {uri} has {len(specs)} sharding specs; Lance's writer "
+                          "(and this package) handle at most one")
+    spec = specs[0]
+    ids = {f.id(): f.name() for f in lance_schema.fields()}  # top-level columns only
+    names = tuple(ids[i] for i in spec["fields"][0].get("source_ids") or [])
+    return Sharding(spec=spec, lance_schema=lance_schema, columns=names)
+
+
+def table_sharding(ds) -> Sharding | None:
+    """The sharding spec of an open Lance dataset (None without one)."""
+    return spec_of(ds.mem_wal_index_details(), ds.lance_schema, ds.uri)
+
+
+def check_requested(existing: Sharding | None, request: ShardingRequest | None,
+                    uri: str) -> None:
+    """Refuse sharding options that disagree with the table's recorded spec."""
+    if request is None:
+        return
+    if existing is None:
+        raise ConfigError(f"options {request.describe()} ask for a sharding spec, but the table "
+                          f"at {uri} already has a MemWAL without one (Lance cannot add a spec to "
+                          "an existing MemWAL); drop these options or write to a new table")
+    if not existing.matches(request):
+        raise ConfigError(f"options {request.describe()} conflict with the table at {uri}, which "
+                          f"is sharded by {existing.describe()}; drop the options (the table's "
+                          "spec is used) or write to a new table")
+
+
+def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
+                 storage_options: Mapping[str, str] | None,
+                 request: ShardingRequest | None):
+    """Create an empty table whose MemWAL records ``request``'s sharding spec.
+
+    Without a request this is :func:`memwal_datasource.table.create_table`.
+    A racing creator's table is accepted if its spec matches, refused if not.
+    """
+    import lance
+
+    from . import table
+
+    if request is None:
+        return table.create_table(uri, schema, primary_key, storage_options)
+    request.validate()
+    column = request.bucket_column or request.identity_column
+    if column not in schema.names:
+        option = "shard_by_bucket" if request.bucket_column else "shard_by_identity"
+        raise ConfigError(f"option '{option}' names column '{column}', which is not among the "
+                          f"DataFrame's columns {schema.names}")
+    if primary_key:
+        schema = table.with_primary_key(schema, primary_key)
+    opts = lance_storage_options(storage_options)
+    try:
+        ds = lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=opts)
+    except OSError as exc:
+        if "already exists" not in str(exc).lower():
+            raise MemWalError(f"cannot create Lance table at {uri}: {exc}") from None
+        ds = lance.dataset(uri, storage_options=opts)
+    if ds.mem_wal_index_details() is None:
+        try:
+            if request.bucket_column:
+                ds.initialize_mem_wal(bucket_column=request.bucket_column,
+                                      num_buckets=request.num_buckets)
+            else:
+                ds.initialize_mem_wal(identity_column=request.identity_column)
+        except (OSError, ValueError) as exc:
+            if "already initialized" not in str(exc):
+                raise ConfigError(f"cannot shard the table at {uri} by {request.describe()}: "
+                                  f"{exc}") from None
+    ds = lance.dataset(uri, storage_options=opts)
+    check_requested(table_sharding(ds), request, uri)
+    return ds
+
+
+def initialize_shard(store: ObjectStore, sharding: Sharding, shard_id: str,
+                     value: Any) -> None:
+    """Make sure shard ``shard_id`` records ``value``'s identity before its first claim.
+
+    A new shard gets version 1 with the spec id and field entries (epoch 0, as
+    Lance's ``initialize_shard``); a claim copies them forward. An existing
+    shard is accepted if it records this spec with these entries, or no
+    entries (pylance 14's writer records none); other entries mean the shard
+    holds another value's rows, and writing there would break Lance's
+    one-key-one-shard rule, so it is refused.
+    """
+    manifests = ManifestStore(store, shard_id)
+    entries = sharding.field_entries(value)
+    current = manifests.initialize(sharding.spec_id, entries)
+    if current.shard_spec_id not in (0, sharding.spec_id) or (
+            current.shard_field_entries and current.shard_field_entries != entries):
+        raise MemWalError(
+            f"shard {shard_id} records spec id {current.shard_spec_id} with field entries "
+            f"{current.shard_field_entries}, but {sharding.describe()} routes value {value!r} "
+            f"(entries {entries}) there; refusing to mix values in one shard")
