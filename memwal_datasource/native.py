@@ -4,6 +4,15 @@ pylance owns the MemTable, replay on open, SSTable flush and indexes; we only
 map the configuration, translate its errors into our typed ones, and recover
 what pylance does not report (epoch, WAL position range, new SSTables) from
 the shard's manifest and WAL, which is the format's truth anyway.
+
+Exactly once: pylance's writer replays every WAL entry after the manifest's
+replay position into its MemTable and flushes them into SSTables. On a shard
+with history those entries are a failed or fenced attempt's uncommitted rows,
+or rows written WAL-only (read from their WAL ranges already). So before
+pylance opens a shard that has a manifest, :func:`advance_replay_to_tip`
+fences it (a claim and a sentinel, as any new writer) and moves the replay
+position to that sentinel: pylance replays nothing, and the SSTables an
+attempt flushes hold only its own rows, which its commit message names.
 """
 
 from __future__ import annotations
@@ -13,12 +22,15 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
+from . import hooks
 from .config import ShardWriterConfig
 from .errors import ConfigError, Fenced, MemWalError, WriterPoisoned
+from .format import ShardManifest
 from .manifest import ManifestStore
 from .options import lance_storage_options
-from .store import open_store
-from .wal import WalTailer, find_tip
+from .store import ObjectStore, open_store
+from .table import MemWalTable, primary_key_of
+from .wal import WalAppender, WalTailer, find_tip
 from .writer import NotInThisMode, ShardWriter, WriterStats, as_batches, check_schema
 
 # Config fields pylance 14's mem_wal_writer accepts as keyword arguments.
@@ -35,6 +47,7 @@ NATIVE_KWARGS = (
 _NOT_SETTABLE = ("max_wal_persist_retries", "wal_persist_retry_base_delay_ms",
                  "backpressure_timeout_ms")
 _FENCED = re.compile(r"local epoch (\d+) < stored epoch (\d+)")
+_GENERATION = re.compile(r"_gen_(\d+)$")  # SSTable directories are {8 hex}_gen_{G}
 
 
 def native_storage_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
@@ -67,6 +80,49 @@ def check_native_config(config: ShardWriterConfig) -> None:
         raise ConfigError(
             "'max_wal_flush_interval_ms' must be > 0 with durable_write=true in MemTable mode"
         )
+
+
+def check_primary_key(uri: str, schema: pa.Schema) -> None:
+    """Refuse MemTable mode on a table without a primary key, before anything is written.
+
+    pylance's writer accepts puts on such a table, but its LSM reads
+    (``LsmScanner``, point lookups) and SSTable compaction deduplicate rows by
+    the primary key and fail without one, so the SSTables would be unreadable.
+    """
+    if not primary_key_of(schema):
+        raise ConfigError(
+            f"enable_memtable=true needs a table with a primary key, and the table at {uri} "
+            "has none: Lance's LSM reads (LsmScanner, point lookups) and SSTable compaction "
+            "keep the newest row per primary key and refuse a table without one. Create the "
+            "table with option 'primary_key' (Lance's 'lance-schema:unenforced-primary-key' "
+            "field metadata), or write with enable_memtable=false")
+
+
+def advance_replay_to_tip(store: ObjectStore, shard_id: str) -> ShardManifest | None:
+    """Fence ``shard_id`` and move its replay position past every stored WAL entry.
+
+    Returns the new manifest, or ``None`` for a shard without one (nothing to
+    replay, no writer to fence; a writer claiming meanwhile makes the native
+    open refuse, see :func:`claimed_epoch`). The claim and sentinel are a new
+    writer's (:meth:`WalAppender.open`): a fenced writer can still land
+    entries below the sentinel, never above it, so a replay position at the
+    sentinel leaves no entry of an older attempt for pylance to replay. What
+    was committed before stays readable from the WAL ranges its commit records
+    name, which is where every reader of this package and the compactor read it.
+    """
+    manifests = ManifestStore(store, shard_id)
+    if manifests.latest() is None:
+        return None
+    fence = WalAppender.open(store, manifests.shard_id, create=False)
+    last = fence.next_position - 1  # the sentinel (or an entry above it, if one won the slot)
+
+    def past_tip(m: ShardManifest) -> None:
+        m.replay_after_wal_entry_position = max(m.replay_after_wal_entry_position, last)
+        m.wal_entry_position_last_seen = max(m.wal_entry_position_last_seen, last)
+
+    advanced = manifests.commit_update(fence.epoch, past_tip)
+    hooks.point("native.advanced", shard=manifests.shard_id, epoch=fence.epoch, position=last)
+    return advanced
 
 
 def translate(exc: Exception, shard_id: str, epoch: int,
@@ -153,7 +209,12 @@ class NativeShardWriter(ShardWriter):
     @classmethod
     def open(cls, uri: str, shard_id: str, schema: pa.Schema, config: ShardWriterConfig,
              storage_options: Mapping[str, str] | None = None) -> NativeShardWriter:
-        """Open the native writer (claims an epoch, drops a sentinel, replays the WAL)."""
+        """Open the native writer with nothing to replay (see :func:`advance_replay_to_tip`).
+
+        Writes twice on a shard with history: our fence (claim, sentinel and
+        replay position at the tip), then pylance's own open (another claim
+        and sentinel; its replay finds nothing). The epoch is pylance's.
+        """
         import lance
 
         check_native_config(config)
@@ -164,8 +225,9 @@ class NativeShardWriter(ShardWriter):
             raise MemWalError(
                 f"MemTable mode needs an existing Lance table with a MemWAL at {uri}: {exc}"
             ) from None
+        check_primary_key(uri, ds.schema)
         manifests = ManifestStore(store, shard_id)
-        before = manifests.latest()
+        before = advance_replay_to_tip(store, manifests.shard_id)
         tip_before = WalTailer(store, manifests.shard_id).next_position()
         kwargs = {name: getattr(config, name) for name in NATIVE_KWARGS}
         try:
@@ -277,3 +339,47 @@ class NativeShardWriter(ShardWriter):
         except OSError as exc:
             raise translate(exc, self.shard_id, self.epoch, self._manifests) from None
         return s
+
+
+def committed_sstables(table: MemWalTable) -> dict[str, list[tuple[int, str]]]:
+    """``{shard: [(generation, path), ...]}`` of the SSTables commit records name.
+
+    Only the uncompacted committed tail counts: an SSTable a failed, fenced
+    or aborted attempt flushed (it may be in the shard manifest) is never
+    named, and the rows of compacted records are in the base table already.
+    Rows written WAL-only have no SSTable: they reach Lance's readers through
+    compaction (and ours through their WAL ranges).
+    """
+    out: dict[str, list[tuple[int, str]]] = {}
+    for rng in table.snapshot().tail:
+        for path in rng.sstables:
+            m = _GENERATION.search(path)
+            if m is None:
+                raise MemWalError(f"shard {rng.shard_id}: commit record {rng.sequence} names "
+                                  f"SSTable '{path}', which is not '<id>_gen_<generation>'")
+            out.setdefault(rng.shard_id, []).append((int(m.group(1)), path))
+    return out
+
+
+def committed_lsm_scanner(table: MemWalTable):
+    """pylance's ``LsmScanner`` over the base table and the committed SSTables only.
+
+    This is Lance's LSM view (newest row per primary key) of what MemTable-mode
+    jobs committed: never an uncommitted attempt's SSTable, whatever the shard
+    manifests list. Refused while an uncompacted overwrite hides the base table,
+    which ``LsmScanner`` cannot hide (use :func:`memwal_datasource.table.read_table`).
+    """
+    from lance.mem_wal import LsmScanner, ShardSnapshot
+
+    snap = table.snapshot()
+    if snap.base_hidden:
+        raise MemWalError(f"table {table.uri}: an overwrite newer than the last compaction "
+                          "hides the base table, which LsmScanner would show; compact first "
+                          "or read with read_table()")
+    shards = []
+    for shard, tables in committed_sstables(table).items():
+        s = ShardSnapshot(shard)
+        for generation, path in sorted(tables):
+            s = s.with_sstable(generation, path)
+        shards.append(s)
+    return LsmScanner.from_snapshots(table.dataset(snap.base_version), shards)

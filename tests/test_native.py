@@ -82,13 +82,16 @@ def test_memtable_mode_put_close_reopen(table):
     assert lsm_ids(uri, opts, shard) == list(range(30))  # epoch 2, sentinel at 4
 
     w3 = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
-    assert w3.epoch == 3
-    assert w3.stats().next_wal_entry_position == 6  # past its own sentinel at 5
+    # Our fence claims epoch 3 (sentinel at 5, replay position 5); pylance claims 4.
+    assert w3.epoch == 4
+    assert w3.stats().next_wal_entry_position == 7  # past pylance's sentinel at 6
     w3.put(make_batch(100, 2))
     w3.close()
     s3 = w3.stats()
-    # Epoch 2 left its sentinel at 4; ours is at 5, our entry at 6.
-    assert (s3.sentinel_position, s3.first_wal_position, s3.last_wal_position) == (5, 6, 6)
+    # Epoch 2 left its sentinel at 4, our fence its own at 5; pylance's is at 6, its entry at 7.
+    assert (s3.sentinel_position, s3.first_wal_position, s3.last_wal_position) == (6, 7, 7)
+    assert [(p, e, sent) for p, e, _r, sent in wal_entries(store, shard)[3:]] == [
+        (4, 2, True), (5, 3, True), (6, 4, True), (7, 4, False)]
     assert len(s3.sstables) == 1 and s3.sstables[0] not in s.sstables
     assert lsm_ids(uri, opts, shard) == list(range(30)) + [100, 101]
 
@@ -101,10 +104,10 @@ def test_memtable_mode_fenced_is_translated(table):
     old = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
     old.put(make_batch(0, 2))
     new = open_shard_writer(uri, shard, SCHEMA, memtable(), opts)
-    assert new.epoch == 2
+    assert new.epoch == 3  # our fence claimed 2
     with pytest.raises(Fenced) as info:
         old.put(make_batch(50, 2))
-    assert (info.value.shard_id, info.value.local_epoch, info.value.stored_epoch) == (shard, 1, 2)
+    assert (info.value.shard_id, info.value.local_epoch, info.value.stored_epoch) == (shard, 1, 3)
     with pytest.raises(Fenced) as again:
         old.put(make_batch(60, 2))
     assert again.value is info.value
@@ -112,10 +115,11 @@ def test_memtable_mode_fenced_is_translated(table):
         old.close()
     new.put(make_batch(10, 1))
     new.close()
-    # The fenced put never landed; the new writer replayed the old durable rows.
+    # The fenced put never landed; the new writer replayed nothing of the old
+    # (uncommitted) attempt, so its rows stay out of the SSTables.
     assert [(e, r, sent) for _, e, r, sent in wal_entries(store, shard)] == [
-        (1, 2, False), (2, 0, True), (2, 1, False)]
-    assert lsm_ids(uri, opts, shard) == [0, 1, 10]
+        (1, 2, False), (2, 0, True), (3, 0, True), (3, 1, False)]
+    assert lsm_ids(uri, opts, shard) == [10]
 
 
 @native_backends
@@ -228,9 +232,9 @@ def test_crash_memtable_mode_replays_every_acknowledged_row(table, tmp_path):
     shard = new_shard()
     acked = run_until_acks("memtable", uri, opts, shard, 15, tmp_path)
     check_acked_present(acked, lsm_ids(uri, opts, shard))
-    # The replaying open above claimed epoch 2; ours is next.
+    # The replaying open above claimed epoch 2; our fence claims 3, pylance 4.
     with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w:
-        assert w.epoch == 3
+        assert w.epoch == 4
 
 
 @native_backends
