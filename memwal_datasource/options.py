@@ -31,15 +31,19 @@ S3_READ_TIMEOUT = "s3_read_timeout_s"
 _ALIASES = {
     "endpoint": AWS_ENDPOINT,
     "aws_endpoint_url": AWS_ENDPOINT,
+    "endpoint_url": AWS_ENDPOINT,
     "region": AWS_REGION,
     "access_key_id": AWS_ACCESS_KEY_ID,
     "secret_access_key": AWS_SECRET_ACCESS_KEY,
     "session_token": AWS_SESSION_TOKEN,
+    "aws_token": AWS_SESSION_TOKEN,
+    "token": AWS_SESSION_TOKEN,
+    "aws_allow_http": ALLOW_HTTP,
     "virtual_hosted_style_request": AWS_VIRTUAL_HOSTED_STYLE_REQUEST,
 }
 
 SECRET_KEYS = frozenset({AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, "secret_access_key",
-                         "session_token"})
+                         "session_token", "aws_token", "token"})
 OUR_KEYS = frozenset({S3_MAX_ATTEMPTS, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT})
 
 

@@ -25,8 +25,10 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from typing import TypeAlias
 from urllib.parse import urlparse
 
+from . import s3_clients
 from .errors import (
     OutcomeUnknown,
     StoreAuthError,
@@ -39,6 +41,31 @@ from .options import S3Options
 
 SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "memory")
 
+# Payloads: bytes, or any C-contiguous buffer (bytearray, memoryview, pyarrow.Buffer,
+# numpy uint8 arrays), written without a copy where the backend allows.
+BytesLike: TypeAlias = "bytes | bytearray | memoryview"
+
+
+def byte_view(data: BytesLike) -> memoryview:
+    """A flat unsigned-byte view of ``data`` without copying (a copy only if it is
+    not C-contiguous). pyarrow Buffers export signed bytes, which obstore refuses."""
+    view = memoryview(data)
+    if view.format == "B" and view.ndim == 1:
+        return view
+    if not view.c_contiguous:
+        return memoryview(view.tobytes())
+    return view.cast("B")
+
+
+def same_bytes(stored: bytes, data: BytesLike) -> bool:
+    """True if ``stored`` holds exactly the bytes of ``data`` (any bytes-like)."""
+    return stored == data if isinstance(data, bytes) else memoryview(stored) == byte_view(data)
+
+
+def _boto3_body(data: BytesLike, view: memoryview) -> bytes | bytearray:
+    """boto3 wants bytes (or a file); other buffers are copied on this rare path."""
+    return data if isinstance(data, (bytes, bytearray)) else view.tobytes()
+
 
 class ObjectStore(ABC):
     """A flat key space rooted at a table URI; keys use ``/`` separators."""
@@ -46,10 +73,10 @@ class ObjectStore(ABC):
     uri: str
 
     @abstractmethod
-    def put_if_absent(self, key: str, data: bytes) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> None:
         """Create ``key`` holding ``data``; raise ``FileExistsError`` if it exists."""
 
-    def put_if_absent_unsynced(self, key: str, data: bytes) -> None:
+    def put_if_absent_unsynced(self, key: str, data: BytesLike) -> None:
         """Like :meth:`put_if_absent`, but may leave the object durable only after
         :meth:`sync` (local disk skips the per-object fsyncs). Object stores and
         memory are durable at once, so this is ``put_if_absent`` there."""
@@ -59,7 +86,7 @@ class ObjectStore(ABC):
         """Make objects written with :meth:`put_if_absent_unsynced` durable."""
 
     @abstractmethod
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
         """Create or overwrite ``key`` (hints only; never WAL entries or manifests)."""
 
     @abstractmethod
@@ -109,15 +136,17 @@ class MemoryStore(ObjectStore):
         with cls._registry_lock:
             cls._registry.pop(name, None)
 
-    def put_if_absent(self, key: str, data: bytes) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> None:
+        data = bytes(byte_view(data))  # a private copy: the caller may reuse its buffer
         with self._lock:
             if key in self._data:
                 raise FileExistsError(self.describe(key))
-            self._data[key] = bytes(data)
+            self._data[key] = data
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
+        data = bytes(byte_view(data))
         with self._lock:
-            self._data[key] = bytes(data)
+            self._data[key] = data
 
     def get(self, key: str) -> bytes:
         with self._lock:
@@ -158,14 +187,14 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
-    def _write_temp(self, path: str, data: bytes, fsync: bool = True) -> str:
+    def _write_temp(self, path: str, data: BytesLike, fsync: bool = True) -> str:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         # Dot-prefixed so listings and Lance readers never take it for an entry.
         tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
+            view = byte_view(data)
             while view:
                 view = view[os.write(fd, view):]
             if fsync:
@@ -182,13 +211,13 @@ class LocalStore(ObjectStore):
         finally:
             os.close(fd)
 
-    def put_if_absent(self, key: str, data: bytes) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> None:
         self._link_new(key, data, fsync=True)
 
-    def put_if_absent_unsynced(self, key: str, data: bytes) -> None:
+    def put_if_absent_unsynced(self, key: str, data: BytesLike) -> None:
         self._link_new(key, data, fsync=False)
 
-    def _link_new(self, key: str, data: bytes, fsync: bool) -> None:
+    def _link_new(self, key: str, data: BytesLike, fsync: bool) -> None:
         path = self._path(key)
         tmp = self._write_temp(path, data, fsync)
         try:
@@ -214,7 +243,7 @@ class LocalStore(ObjectStore):
         for directory in directories:
             self._fsync_dir(directory)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
         path = self._path(key)
         tmp = self._write_temp(path, data)
         os.replace(tmp, path)
@@ -260,60 +289,21 @@ class LocalStore(ObjectStore):
             pass
 
 
-_CLIENTS: dict[tuple[S3Options, bool], object] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def _s3_client(options: S3Options, conditional: bool):
-    """One boto3 client per process, configuration and purpose (clients are thread-safe).
-
-    The ``conditional`` client makes exactly one HTTP attempt per call
-    (``total_max_attempts=1``): an SDK retry of a conditional PUT whose first
-    response was lost comes back 412 and looks like another writer's object,
-    so the protocol layer, not the SDK, retries and resolves such outcomes.
-    """
-    key = (options, conditional)
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is not None:
-            return client
-        import boto3
-        from botocore.config import Config
-
-        retries = ({"total_max_attempts": 1, "mode": "standard"} if conditional
-                   else {"max_attempts": options.max_attempts, "mode": "standard"})
-        config = Config(
-            retries=retries,
-            s3={"addressing_style": "path" if options.path_style else "auto"},
-            connect_timeout=options.connect_timeout_s,
-            read_timeout=options.read_timeout_s,
-            max_pool_connections=32,
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
-        # Credentials left as None fall through to the standard AWS chain.
-        client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=options.endpoint,
-            region_name=options.region,
-            aws_access_key_id=options.access_key_id,
-            aws_secret_access_key=options.secret_access_key,
-            aws_session_token=options.session_token,
-            config=config,
-        )
-        _CLIENTS[key] = client
-        return client
-
-
 class S3Store(ObjectStore):
-    """S3 via boto3; put-if-absent is ``PutObject`` with ``If-None-Match: *``.
+    """S3; put-if-absent is ``PUT`` with ``If-None-Match: *``.
 
-    HTTP 412 (``PreconditionFailed``) means the key exists. A conditional PUT
-    is sent exactly once; any other failure (5xx, 409, a lost response) is
-    raised as :class:`TransientStoreError` because the object may or may not
-    have landed, and the caller resolves it by reading the key back
-    (:func:`put_resolved`). Reads, listings and deletes keep boto3's standard
-    retries.
+    The data path (conditional and plain PUTs, GETs, HEADs) goes through
+    obstore, listings, deletes and the bucket check through boto3 (see
+    :mod:`memwal_datasource.s3_clients` for why, and for forked processes,
+    which use boto3 throughout). Both clients are built once per process and
+    configuration, on first use.
+
+    HTTP 412 means the key exists. A conditional PUT is sent exactly once; any
+    other failure (5xx, 409, a timeout, a lost response) is raised as
+    :class:`TransientStoreError` because the object may or may not have
+    landed, and the caller resolves it by reading the key back
+    (:func:`put_resolved`). Reads, listings and deletes keep the clients'
+    retries (``s3_max_attempts``).
     """
 
     def __init__(self, bucket: str, prefix: str, options: S3Options):
@@ -321,11 +311,34 @@ class S3Store(ObjectStore):
         self.prefix = prefix.strip("/")
         self.options = options
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._client = _s3_client(options, conditional=False)
-        self._cond_client = _s3_client(options, conditional=True)
+
+    @property
+    def _client(self):
+        """The boto3 client for listings, deletes, the bucket check (and reads after fork)."""
+        return s3_clients.boto3_client(self.options, conditional=False)
+
+    def data_client(self) -> str:
+        """Which client carries this process's data path: ``"obstore"`` or ``"boto3"``."""
+        return "obstore" if s3_clients.obstore_usable() else "boto3"
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _obstore_call(self, key: str, call, *, conditional: bool = False):
+        """Run ``call(store, path)`` on this process's obstore store, errors mapped."""
+        store = s3_clients.obstore_store(self.options, self.bucket, conditional)
+        try:
+            return call(store, self._key(key))
+        except Exception as exc:  # noqa: BLE001 - mapped to typed errors
+            mapped = s3_clients.obstore_error(
+                exc, where=self.describe(key), bucket=self.bucket,
+                endpoint=self._endpoint_name(), conditional=conditional)
+            if mapped is exc:
+                raise
+            # Auth and existence errors say all there is to say; keep the rest's cause.
+            cause = None if isinstance(mapped, (FileExistsError, FileNotFoundError,
+                                                StoreAuthError, StoreNotFoundError)) else exc
+            raise mapped from cause
 
     def _raise(self, exc: Exception, key: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -361,13 +374,20 @@ class S3Store(ObjectStore):
     def _endpoint_name(self) -> str:
         return self.options.endpoint or "the default AWS endpoint"
 
-    def put_if_absent(self, key: str, data: bytes) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> None:
+        view = byte_view(data)
+        if s3_clients.obstore_usable():
+            import obstore
+
+            self._obstore_call(key, lambda st, path: obstore.put(st, path, view, mode="create"),
+                               conditional=True)
+            return
         from botocore.exceptions import ClientError
 
         try:
-            self._cond_client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
-            )
+            s3_clients.boto3_client(self.options, conditional=True).put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=_boto3_body(data, view),
+                IfNoneMatch="*")
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -377,13 +397,25 @@ class S3Store(ObjectStore):
         except Exception as exc:  # noqa: BLE001 - mapped to typed errors
             self._raise(exc, key)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
+        view = byte_view(data)
+        if s3_clients.obstore_usable():
+            import obstore
+
+            self._obstore_call(key, lambda st, path: obstore.put(st, path, view))
+            return
         try:
-            self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+            self._client.put_object(Bucket=self.bucket, Key=self._key(key),
+                                    Body=_boto3_body(data, view))
         except Exception as exc:  # noqa: BLE001
             self._raise(exc, key)
 
     def get(self, key: str) -> bytes:
+        if s3_clients.obstore_usable():
+            import obstore
+
+            return self._obstore_call(
+                key, lambda st, path: bytes(obstore.get(st, path).bytes()))
         try:
             return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
         except Exception as exc:  # noqa: BLE001
@@ -392,11 +424,18 @@ class S3Store(ObjectStore):
 
     def head(self, key: str) -> int | None:
         try:
+            if s3_clients.obstore_usable():
+                import obstore
+
+                return int(self._obstore_call(
+                    key, lambda st, path: obstore.head(st, path)["size"]))
             return int(
                 self._client.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"]
             )
         except FileNotFoundError:
             return None
+        except StoreError:
+            raise
         except Exception as exc:  # noqa: BLE001
             try:
                 self._raise(exc, key)
@@ -458,7 +497,7 @@ def backoff_delay(failures: int, base_delay_ms: int) -> float:
     return delay * (0.5 + random.random() / 2)
 
 
-def put_resolved(store: ObjectStore, key: str, data: bytes, *, retries: int,
+def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
                  base_delay_ms: int, what: str, sync: bool = True) -> bool:
     """Put-if-absent ``data`` at ``key`` and know the outcome.
 
@@ -480,7 +519,7 @@ def put_resolved(store: ObjectStore, key: str, data: bytes, *, retries: int,
             return True
         except FileExistsError:
             try:
-                return store.get(key) == data
+                return same_bytes(store.get(key), data)
             except FileNotFoundError:
                 continue  # removed between the two calls: try to create it again
             except Exception as exc:  # noqa: BLE001 - any failure here leaves us blind
