@@ -15,6 +15,8 @@ Points (keyword arguments passed to hooks):
 * ``open.sentinel`` (shard, epoch, position): the fence sentinel landed.
 * ``append.before`` / ``append.after`` (shard, epoch, position): around a WAL PUT.
 * ``writer.closed`` (shard, epoch): a writer flushed everything at close.
+* ``native.advanced`` (shard, epoch, position): MemTable mode fenced a shard and moved
+  its replay position to ``position``; pylance's writer opens next.
 * ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.
 """
 
