@@ -78,18 +78,17 @@ def nbytes_of(batches: Sequence[pa.RecordBatch]) -> int:
 
 def group_like_writer(batches: Sequence[pa.RecordBatch], buffer_size: int) -> list[list]:
     """Group batches into WAL entries exactly as ``WalOnlyShardWriter`` does
-    when the producer outruns the flusher: greedy up to ``buffer_size`` Arrow
-    bytes, at least one batch per entry."""
+    when the producer outruns the flusher: batches until the entry holds at
+    least ``buffer_size`` Arrow bytes (as Lance cuts entries)."""
     groups: list[list] = []
     cur: list = []
     size = 0
     for b in batches:
-        n = b.get_total_buffer_size()
-        if cur and size + n > buffer_size:
+        cur.append(b)
+        size += b.get_total_buffer_size()
+        if size >= buffer_size:
             groups.append(cur)
             cur, size = [], 0
-        cur.append(b)
-        size += n
     if cur:
         groups.append(cur)
     return groups

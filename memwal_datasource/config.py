@@ -51,6 +51,8 @@ class ShardWriterConfig:
     """Settings of one shard writer. Names and defaults follow Lance's ShardWriterConfig."""
 
     durable_write: bool = True
+    # WAL-only mode cuts an entry once at least this many Arrow bytes are queued
+    # (as Lance does), so an entry may exceed it by up to one batch.
     max_wal_buffer_size: int = 10 * MiB
     max_wal_flush_interval_ms: int = 100
     max_wal_persist_retries: int = 3

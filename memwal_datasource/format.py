@@ -48,6 +48,7 @@ __all__ = [
     "decode_wal_entry",
     "encode_manifest",
     "encode_version_hint",
+    "encode_wal_buffer",
     "encode_wal_entry",
     "manifest_key",
     "parse_bit_reversed_name",
@@ -112,14 +113,19 @@ class WalEntry:
         return sum(b.num_rows for b in self.batches)
 
 
-def encode_wal_entry(
+def encode_wal_buffer(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     writer_epoch: int,
     generation: int | None = None,
     fence_sentinel: bool = False,
-) -> bytes:
-    """Serialize batches as one Arrow IPC stream carrying the MemWAL metadata."""
+) -> pa.Buffer:
+    """Serialize batches as one Arrow IPC stream carrying the MemWAL metadata.
+
+    Returns an Arrow buffer (bytes-like, no copy into Python bytes): the stream is
+    measured first with a counting sink, then written once into a buffer of exactly
+    that size, so the batches' data is copied once and never reallocated.
+    """
     metadata = dict(schema.metadata or {})
     metadata[WRITER_EPOCH_KEY] = str(int(writer_epoch)).encode()
     if generation is not None:
@@ -127,14 +133,33 @@ def encode_wal_entry(
     if fence_sentinel:
         metadata[FENCE_SENTINEL_KEY] = FENCE_SENTINEL_VALUE
     tagged = schema.with_metadata(metadata)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, tagged) as writer:
-        if not fence_sentinel:
-            for batch in batches:
-                # Batches may carry their own schema metadata; the stream's wins.
-                writer.write_batch(batch if batch.schema.equals(tagged) else
-                                   pa.RecordBatch.from_arrays(batch.columns, schema=tagged))
-    return sink.getvalue().to_pybytes()
+    # Batches may carry their own schema metadata; the stream's wins.
+    items = [] if fence_sentinel else [
+        b if b.schema.equals(tagged) else pa.RecordBatch.from_arrays(b.columns, schema=tagged)
+        for b in batches]
+    counter = pa.MockOutputStream()
+    _write_stream(counter, tagged, items)
+    out = pa.allocate_buffer(counter.size())
+    _write_stream(pa.FixedSizeBufferWriter(out), tagged, items)
+    return out
+
+
+def _write_stream(sink, schema: pa.Schema, batches: list[pa.RecordBatch]) -> None:
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+
+
+def encode_wal_entry(
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    writer_epoch: int,
+    generation: int | None = None,
+    fence_sentinel: bool = False,
+) -> bytes:
+    """:func:`encode_wal_buffer` as Python ``bytes`` (one more copy; for small entries)."""
+    return encode_wal_buffer(schema, batches, writer_epoch, generation,
+                             fence_sentinel).to_pybytes()
 
 
 def encode_sentinel(writer_epoch: int) -> bytes:
@@ -142,7 +167,7 @@ def encode_sentinel(writer_epoch: int) -> bytes:
     return encode_wal_entry(pa.schema([]), (), writer_epoch, fence_sentinel=True)
 
 
-def decode_wal_entry(data: bytes, where: str) -> WalEntry:
+def decode_wal_entry(data: bytes | pa.Buffer, where: str) -> WalEntry:
     """Decode a WAL entry; ``where`` names shard and position for errors.
 
     An entry must be one complete IPC stream ending with the end-of-stream
@@ -158,7 +183,8 @@ def decode_wal_entry(data: bytes, where: str) -> WalEntry:
         raise CorruptEntryError(
             f"WAL entry {where} is truncated or corrupt ({len(data)} bytes): {exc}"
         ) from None
-    if not data.endswith(IPC_EOS) or source.tell() != len(data):
+    tail = bytes(memoryview(data)[-len(IPC_EOS):])  # data may be any bytes-like object
+    if tail != IPC_EOS or source.tell() != len(data):
         raise CorruptEntryError(
             f"WAL entry {where} is truncated or damaged ({len(data)} bytes): it does not end "
             "with the Arrow IPC end-of-stream marker right after its last message"

@@ -13,6 +13,7 @@ exist), which is what lets the tailer find the tip with a galloping search.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -109,9 +110,13 @@ class WalAppender:
         self._error: Exception | None = None
         self._last_ok = time.monotonic()
         # False: entries are written without per-entry fsync and made durable
-        # together by sync() (a writer without durable_write calls it at flush/close).
+        # together by sync() (a writer without durable_write calls it off the put
+        # path as entries land, and at flush/close).
         self.sync_each = True
         self._unsynced: list[str] = []
+        self._unsynced_lock = threading.Lock()  # guards the list, held briefly
+        self._sync_lock = threading.Lock()  # held through a sync: see sync()
+        self._sync_error: Exception | None = None
 
     @classmethod
     def open(
@@ -156,8 +161,9 @@ class WalAppender:
         """Write one entry holding ``batches``; returns where it landed."""
         return self.append_encoded(encode_wal_entry(schema, batches, self.epoch, generation))
 
-    def append_encoded(self, data: bytes) -> AppendResult:
-        """Write pre-encoded entry bytes (must carry this appender's epoch)."""
+    def append_encoded(self, data: bytes | pa.Buffer) -> AppendResult:
+        """Write a pre-encoded entry, bytes or an Arrow buffer (must carry this
+        appender's epoch)."""
         res = self._append_bytes(data)
         if self.first_position is None:
             self.first_position = res.position
@@ -165,14 +171,25 @@ class WalAppender:
         return res
 
     def sync(self) -> None:
-        """Make every entry appended so far durable (a no-op when each already is)."""
-        keys, self._unsynced = self._unsynced, []
-        if keys:
+        """Make every entry appended so far durable (a no-op when each already is).
+
+        Safe from any thread, concurrently with appends. Syncs are serialised, so
+        when a call returns, every entry appended before it started is durable,
+        including those another thread's sync had taken and was still syncing.
+        """
+        with self._sync_lock:
+            if self._sync_error is not None:  # the keys it lost are not durable: never again
+                raise self._sync_error
+            with self._unsynced_lock:
+                keys, self._unsynced = self._unsynced, []
+            if not keys:
+                return
             try:
                 self.store.sync(keys)
             except Exception as exc:  # noqa: BLE001 - rows may not be durable: never report them
-                raise self._poison(f"could not make {len(keys)} WAL entries durable ({exc})") \
-                    from exc
+                self._sync_error = self._poison(
+                    f"could not make {len(keys)} WAL entries durable ({exc})")
+                raise self._sync_error from exc
 
     def _fail(self, exc: Exception) -> Exception:
         """Make ``exc`` terminal: every later call raises it again."""
@@ -195,7 +212,7 @@ class WalAppender:
             raise self._poison(
                 f"could not read the shard manifest to check the fence ({exc})") from exc
 
-    def _append_bytes(self, data: bytes) -> AppendResult:
+    def _append_bytes(self, data: bytes | pa.Buffer) -> AppendResult:
         if self._error is not None:
             raise self._error
         if time.monotonic() - self._last_ok > FENCE_RECHECK_IDLE_S:
@@ -230,7 +247,8 @@ class WalAppender:
             else:
                 self.next_position = pos + 1
         if not self.sync_each:
-            self._unsynced.append(wal_key(self.shard_id, pos))
+            with self._unsynced_lock:
+                self._unsynced.append(wal_key(self.shard_id, pos))
         hooks.point("append.after", shard=self.shard_id, epoch=self.epoch, position=pos)
         self._last_ok = time.monotonic()
         self.next_position = pos + 1

@@ -30,7 +30,7 @@ import pyarrow as pa
 from . import hooks
 from .config import ShardWriterConfig
 from .errors import ConfigError, MemWalError
-from .format import encode_wal_entry
+from .format import encode_wal_buffer
 from .store import ObjectStore, open_store
 from .table import same_logical_type
 from .wal import WalAppender
@@ -187,8 +187,10 @@ class WalOnlyShardWriter(ShardWriter):
 
     def __init__(self, appender: WalAppender, schema: pa.Schema, config: ShardWriterConfig):
         self._appender = appender
-        # Without durable_write a put need not be durable when it returns, so entries
-        # skip per-entry fsyncs and are made durable together at flush() and close().
+        # Without durable_write a put need not be durable when it returns, so the PUT
+        # path skips fsyncs: a sync thread makes landed entries durable behind it
+        # (so the disk works while the next entry is encoded and written), and
+        # flush() and close() return only once everything is durable.
         appender.sync_each = config.durable_write
         self.shard_id = appender.shard_id
         self.epoch = appender.epoch
@@ -205,8 +207,11 @@ class WalOnlyShardWriter(ShardWriter):
         self._taken = 0  # items at the queue's front already cut into an entry
         self._taken_bytes = 0
         self._inflight: futures.Future | None = None
+        self._blocked = False  # a put waits for queue room (backpressure)
         self._putter = futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"memwal-put-{appender.shard_id[:8]}")
+        self._syncer = None if config.durable_write else futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"memwal-sync-{appender.shard_id[:8]}")
         self._stats = WriterStats(self.shard_id, self.epoch, "wal_only",
                                   next_wal_entry_position=appender.next_position,
                                   sentinel_position=appender.sentinel_position)
@@ -230,9 +235,7 @@ class WalOnlyShardWriter(ShardWriter):
                 raise MemWalError(f"shard {self.shard_id}: put after close")
             for batch in items:
                 nbytes = batch.get_total_buffer_size()
-                self._wait(lambda n=nbytes: not self._pending
-                           or self._pending_bytes + n <= self.config.max_unflushed_memtable_bytes,
-                           "backpressure: queued bytes at max_unflushed_memtable_bytes")
+                self._backpressure(nbytes)
                 self._seq += 1
                 self._pending.append(_Pending(batch, nbytes, self._seq, time.monotonic()))
                 self._pending_bytes += nbytes
@@ -252,10 +255,29 @@ class WalOnlyShardWriter(ShardWriter):
             self._flush_upto = max(self._flush_upto, seq)
             self._cond.notify_all()
             self._wait(lambda: self._durable_seq >= seq, "flushing")
-        if not self._appender.sync_each:
-            # On the PUT thread, so it is ordered with the appends it makes durable.
-            self._putter.submit(self._sync).result()
-            self._raise_if_failed()
+        # Every entry up to seq has landed; sync() also waits for a sync in flight.
+        self._sync()
+        self._raise_if_failed()
+
+    def _backpressure(self, nbytes: int) -> None:
+        """Wait (holding the condition) until ``nbytes`` more fit in the queue."""
+        limit = self.config.max_unflushed_memtable_bytes
+        if not self._pending or self._pending_bytes + nbytes <= limit:
+            return
+        self._blocked = True  # the flusher cuts an entry now rather than at the interval
+        self._cond.notify_all()
+        try:
+            self._wait(lambda: not self._pending or self._pending_bytes + nbytes <= limit,
+                       "backpressure: queued bytes at max_unflushed_memtable_bytes")
+        finally:
+            self._blocked = False
+
+    def _sync_behind(self) -> None:
+        """Hand the sync thread the entries that landed (without durable_write)."""
+        try:
+            self._syncer.submit(self._sync)
+        except RuntimeError:  # shut down: close() has synced or is syncing them
+            pass
 
     def _sync(self) -> None:
         try:
@@ -272,6 +294,8 @@ class WalOnlyShardWriter(ShardWriter):
             self._cond.notify_all()
         self._join()
         self._sync()  # the PUT thread is done: nothing appends any more
+        if self._syncer is not None:
+            self._syncer.shutdown(wait=False)
         with self._cond:
             self._raise_if_failed()
         if self._stats.rows:
@@ -287,6 +311,8 @@ class WalOnlyShardWriter(ShardWriter):
                 self._error = MemWalError(f"shard {self.shard_id}: writer aborted")
             self._cond.notify_all()
         self._join()
+        if self._syncer is not None:
+            self._syncer.shutdown(wait=False)
 
     def _join(self) -> None:
         """Wait for the flusher, but not forever on a PUT that never returns."""
@@ -354,6 +380,8 @@ class WalOnlyShardWriter(ShardWriter):
             return True
         if self._pending_bytes - self._taken_bytes >= self.config.max_wal_buffer_size:
             return True
+        if self._blocked and not self._taken:
+            return True  # a put waits for room and no entry in flight will free any
         if self.config.durable_write and self._inflight is None:
             # Group commit: a put is waiting and the log is idle, so write now;
             # puts that arrive during this PUT are batched into the next entry.
@@ -384,21 +412,22 @@ class WalOnlyShardWriter(ShardWriter):
                     self._cond.wait(wait)
                 if self._error is not None:
                     return
-                # Take (but do not remove) up to one buffer's worth: a failed
-                # append leaves these batches queued, never dropped.
+                # Take (but do not remove) batches until at least one buffer's
+                # worth, as Lance cuts entries: a failed append leaves them queued,
+                # never dropped.
                 take, size = [], 0
                 for i in range(self._taken, len(self._pending)):
                     item = self._pending[i]
-                    if take and size + item.nbytes > self.config.max_wal_buffer_size:
-                        break
                     take.append(item)
                     size += item.nbytes
+                    if size >= self.config.max_wal_buffer_size:
+                        break
                 self._taken += len(take)
                 self._taken_bytes += size
                 previous = self._inflight
             started = time.monotonic()
             try:
-                data = encode_wal_entry(self.schema, [p.batch for p in take], self.epoch)
+                data = encode_wal_buffer(self.schema, [p.batch for p in take], self.epoch)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting put
                 self._fail(exc)
                 return
@@ -450,6 +479,8 @@ class WalOnlyShardWriter(ShardWriter):
                 put_s=res.put_seconds, total_s=done - take[0].enqueued, rows=rows,
                 nbytes=res.nbytes, position=res.position))
             self._cond.notify_all()
+        if self._syncer is not None:
+            self._sync_behind()
 
 
 def open_shard_writer(

@@ -20,6 +20,7 @@ from memwal_datasource.format import (
     encode_manifest,
     encode_sentinel,
     encode_version_hint,
+    encode_wal_buffer,
     encode_wal_entry,
     manifest_key,
     parse_bit_reversed_name,
@@ -64,6 +65,23 @@ def test_wal_entry_roundtrip_with_metadata():
     assert entry.num_rows == 5
     assert pa.Table.from_batches(entry.batches).column("id").to_pylist() == [0, 1, 2, 3, 4]
     assert entry.schema.metadata[b"writer_epoch"] == b"7"
+
+
+def test_wal_buffer_is_the_plain_arrow_stream_in_one_exact_allocation():
+    """The zero-copy encoding is byte for byte what pyarrow's stream writer writes
+    (pylance reads that), in a buffer of exactly its size, and decodes as bytes do."""
+    b0 = batch(0, 50).replace_schema_metadata({b"other": b"x"})  # the stream's metadata wins
+    buf = encode_wal_buffer(SCHEMA, [b0, batch(50, 7)], writer_epoch=3)
+    assert isinstance(buf, pa.Buffer)
+    tagged = SCHEMA.with_metadata({**(SCHEMA.metadata or {}), b"writer_epoch": b"3"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, tagged) as w:
+        w.write_batch(pa.RecordBatch.from_arrays(b0.columns, schema=tagged))
+        w.write_batch(batch(50, 7).replace_schema_metadata(tagged.metadata))
+    assert buf.to_pybytes() == sink.getvalue().to_pybytes()
+    assert encode_wal_entry(SCHEMA, [b0, batch(50, 7)], 3) == buf.to_pybytes()
+    entry = decode_wal_entry(buf, "t")
+    assert entry.num_rows == 57 and entry.writer_epoch == 3 and entry.nbytes == buf.size
 
 
 def test_wal_only_entry_has_no_generation():

@@ -245,6 +245,37 @@ def test_size_flush_without_durable_write_groups_batches(location):
     assert wal_rows(gated, shard) == list(range(1000, 1100))
 
 
+def test_small_batches_fill_entries_to_at_least_the_buffer(location):
+    """As Lance cuts them: an entry takes batches until it holds at least
+    max_wal_buffer_size bytes (so 1.5 batches' worth means two per entry, not one)."""
+    uri, opts = location
+    gated = GatedStore(open_store(uri, opts))
+    shard = new_shard()
+    cfg = wal_only(durable_write=False, max_wal_buffer_size=BATCH_BYTES * 3 // 2,
+                   max_wal_flush_interval_ms=3_600_000)
+    w = open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=gated)
+    for k in range(10):
+        w.put(make_batch(1000 + k * ROWS, ROWS))
+    assert gated.wait_landed(5)  # the size trigger alone cut them
+    w.close()
+    assert [len(e.batches) for _, e in WalTailer(gated, shard).entries(1)] == [2] * 5
+    assert wal_rows(gated, shard) == list(range(1000, 1100))
+
+
+def test_a_put_blocked_on_a_partial_entry_cuts_it_without_the_interval():
+    """A put that does not fit the queue, with no entry in flight to free room,
+    makes the flusher cut what is queued at once: it never waits out the interval."""
+    store, shard = open_store("memory://at-least-blocked"), new_shard()
+    cfg = wal_only(durable_write=False, max_wal_buffer_size=BATCH_BYTES * 5 // 2,
+                   max_unflushed_memtable_bytes=BATCH_BYTES * 5 // 2,
+                   max_wal_flush_interval_ms=3_600_000)
+    w = open_shard_writer(store.uri, shard, SCHEMA, cfg, store=store)
+    for k in range(3):  # the third does not fit beside two: the first two are cut
+        w.put(make_batch(1000 + k * ROWS, ROWS))
+    w.close()
+    assert [len(e.batches) for _, e in WalTailer(store, shard).entries(1)] == [2, 1]
+
+
 def test_durable_put_group_commits_without_waiting_the_interval(location):
     uri, opts = location
     inner = open_store(uri, opts)
@@ -569,16 +600,17 @@ def test_stats_wal_only(location):
 @pytest.mark.parametrize("backend", ["local"])
 @pytest.mark.parametrize("durable", [True, False])
 def test_fsyncs_cost_what_durability_needs(location, monkeypatch, durable):
-    """durable_write: two fsyncs per entry. Without it: none per entry, and every
-    entry file plus its directory fsynced before flush() or close() returns."""
+    """durable_write: two fsyncs per entry, on the PUT path. Without it: none on the
+    PUT path; each entry file is fsynced once (by the sync thread, behind the PUTs)
+    and its directory after it, before flush() or close() returns."""
     import os
 
     uri, opts = location
-    synced: list[str] = []
+    synced: list[tuple[str, str]] = []  # (path, thread name)
     real_fsync = os.fsync
 
     def counting(fd):
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
         return real_fsync(fd)
 
     shard = new_shard()
@@ -588,7 +620,7 @@ def test_fsyncs_cost_what_durability_needs(location, monkeypatch, durable):
     for k in range(4):
         w.put(make_batch(1000 + k * ROWS, ROWS))
     w.flush()
-    after_flush = list(synced)
+    after_flush = [p for p, _ in synced]
     for k in range(4, 8):
         w.put(make_batch(1000 + k * ROWS, ROWS))
     w.close()
@@ -596,10 +628,15 @@ def test_fsyncs_cost_what_durability_needs(location, monkeypatch, durable):
     entries = [os.path.join(uri, wal_key(shard, p))
                for p in range(s.first_wal_position, s.last_wal_position + 1)]
     wal_dir = os.path.dirname(entries[0])
-    files = [p for p in synced if not p.endswith("/wal")]
+    paths = [p for p, _ in synced]
+    files = [p for p in paths if not p.endswith("/wal")]
     if durable:  # each entry: its temp file, then the directory after the link
-        assert len(files) == len(entries) and synced.count(wal_dir) == len(entries)
+        assert len(files) == len(entries) and paths.count(wal_dir) == len(entries)
     else:
         assert sorted(files) == sorted(entries)  # each entry once, by its final name
-        assert synced.count(wal_dir) == 2  # once per flush() and once at close()
-        assert set(entries[:4]) <= set(after_flush)  # flush() made the first puts durable
+        assert not [t for _, t in synced if t.startswith("memwal-put")]  # not on the PUT path
+        last_dir = len(paths) - 1 - paths[::-1].index(wal_dir)
+        assert all(paths.index(e) < last_dir for e in entries)  # names durable after data
+        flushed = entries[:4]
+        assert set(flushed) <= set(after_flush)  # flush() made the first puts durable
+        assert wal_dir in after_flush[after_flush.index(flushed[-1]):]
