@@ -1,21 +1,20 @@
-"""Client CPU per GB of S3 conditional writes: boto3 vs obstore.
+"""Client CPU per GB of S3 conditional writes: our store vs obstore vs boto3.
 
 The performance goal: client CPU seconds per GB written with put-if-absent,
 ours / obstore's ``put(mode="create")`` (the Rust ``object_store`` client
 pylance uses), at most 1.5. Competitors, all writing fresh keys with
 ``If-None-Match: *`` to a local SeaweedFS (``tests/s3_server.py``):
 
-* ``boto3 legacy``: the client ``S3Store`` built before this work (standard
-  retries, 5 attempts, botocore's default CRC32 request checksum).
-* ``S3Store.put_if_absent``: :class:`memwal_datasource.store.S3Store` exactly
-  as the working tree configures it (its config is read back into the JSON).
-* ``boto3 tuned``: one attempt (``total_max_attempts=1``), checksums only when
-  required, payload signing off (``UNSIGNED-PAYLOAD``), a 32-connection pool.
+* ``ours``: :meth:`memwal_datasource.store.S3Store.put_if_absent` exactly as
+  the working tree configures it (obstore since issue 12; its client config is
+  read back into the JSON), called with ``bytes``.
+* ``ours, pyarrow.Buffer``: the same call with a ``pyarrow.Buffer`` payload
+  (what the WAL writer hands over to avoid a copy).
 * ``obstore``: ``obstore.put(store, key, data, mode="create")`` with
   ``retry_config={"max_retries": 0}``, default (signed) payload: the
   reference every ratio divides by.
-* ``obstore unsigned``: the same with ``unsigned_payload=True``, the
-  like-for-like partner of ``boto3 tuned``.
+* ``boto3``: ``put_object(IfNoneMatch="*")`` with the client ``S3Store`` used
+  before (one attempt, checksums only when required, a 32-connection pool).
 
 CPU is ``time.process_time()`` of this process (every thread, so obstore's
 tokio workers count; SeaweedFS is another process and does not), split into
@@ -23,7 +22,7 @@ user and system time with ``getrusage``. Each repeat runs every competitor
 once per entry size, in an order rotated every repeat; the objects are deleted
 (untimed) after each repeat. A stub HTTP endpoint checks that each
 exactly-once candidate sends a conditional PUT exactly once on 412, 409, 500
-and 503, and how each reports "already exists".
+and 503, and that only 412 reads as "already exists".
 
 Standalone: ``python -m benchmarks.bench_s3_client [--quick] [--repeats N]``.
 """
@@ -74,11 +73,10 @@ OPS_QUICK = {64 * KiB: 40, 1 * MiB: 8, 8 * MiB: 2}
 BUCKET = "memwal-client-bench"
 STUB_STATUSES = (412, 409, 500, 503)
 
-LEGACY = "boto3 legacy (5 attempts, CRC32)"
-STORE = "S3Store.put_if_absent (working tree)"
-TUNED = "boto3 tuned (1 attempt, no CRC, unsigned)"
-OBSTORE = "obstore put(mode=create), max_retries=0"
-OBSTORE_UNSIGNED = "obstore unsigned_payload"
+STORE = "ours (S3Store.put_if_absent, bytes)"
+STORE_ARROW = "ours arrow (S3Store.put_if_absent, pyarrow.Buffer)"
+OBSTORE = "obstore (put mode=create, max_retries=0)"
+BOTO3 = "boto3 (put_object, 1 attempt, no CRC)"
 REFERENCE = OBSTORE
 
 
@@ -139,19 +137,18 @@ def _boto3(ep: Endpoint, **config: Any) -> Client:
                                          "botocore_config": _jsonable(config)})
 
 
-def make_legacy(ep: Endpoint) -> Client:
-    """What ``S3Store`` used before: standard retries (5 attempts), default checksums."""
-    return _boto3(ep, retries={"max_attempts": 5, "mode": "standard"})
-
-
-def make_tuned(ep: Endpoint) -> Client:
+def make_boto3(ep: Endpoint) -> Client:
+    """boto3 as ``S3Store`` configured it before obstore: one attempt, lean checksums."""
     return _boto3(ep, retries={"total_max_attempts": 1, "mode": "standard"},
                   request_checksum_calculation="when_required",
                   response_checksum_validation="when_required",
-                  max_pool_connections=32, s3={"payload_signing_enabled": False})
+                  max_pool_connections=32)
 
 
-def make_store(ep: Endpoint) -> Client:
+def _make_store(ep: Endpoint, arrow: bool) -> Client:
+    import pyarrow as pa
+
+    from memwal_datasource.s3_clients import obstore_config
     from memwal_datasource.store import S3Store, open_store
 
     store = open_store(f"s3://{BUCKET}", ep.storage_options())
@@ -160,23 +157,29 @@ def make_store(ep: Endpoint) -> Client:
     def classify(exc: BaseException) -> str:
         return "exists" if isinstance(exc, FileExistsError) else type(exc).__name__
 
-    return Client(store.put_if_absent, classify,
-                  {"client": "memwal_datasource.store.S3Store.put_if_absent",
-                   "botocore_config": _store_client_config(store)})
+    def put_arrow(key: str, data: bytes) -> None:
+        store.put_if_absent(key, pa.py_buffer(data))  # wraps the bytes; no copy
 
 
-def _store_client_config(store) -> dict[str, Any]:
-    """The botocore config of the client S3Store uses for conditional PUTs (read back)."""
-    client = getattr(store, "_cond_client", None) or getattr(store, "_client", None)
-    cfg = getattr(getattr(client, "meta", None), "config", None)
-    if cfg is None:
-        return {"unknown": "S3Store has no _cond_client/_client"}
-    keys = ("retries", "request_checksum_calculation", "response_checksum_validation",
-            "max_pool_connections", "s3", "connect_timeout", "read_timeout")
-    return {k: _jsonable(getattr(cfg, k, None)) for k in keys}
+    config, client_options = obstore_config(store.options)
+    return Client(put_arrow if arrow else store.put_if_absent, classify, {
+        "client": "memwal_datasource.store.S3Store.put_if_absent",
+        "data_client": store.data_client(),
+        "payload": "pyarrow.Buffer" if arrow else "bytes",
+        "obstore_config": {k: ("***" if "secret" in k or "token" in k else v)
+                           for k, v in config.items()},
+        "client_options": _jsonable(client_options), "retry_config": {"max_retries": 0}})
 
 
-def _obstore(ep: Endpoint, unsigned: bool) -> Client:
+def make_store(ep: Endpoint) -> Client:
+    return _make_store(ep, arrow=False)
+
+
+def make_store_arrow(ep: Endpoint) -> Client:
+    return _make_store(ep, arrow=True)
+
+
+def make_obstore(ep: Endpoint) -> Client:
     import obstore as obs
     from obstore.exceptions import AlreadyExistsError
     from obstore.store import S3Store as ObS3Store
@@ -185,8 +188,6 @@ def _obstore(ep: Endpoint, unsigned: bool) -> Client:
     # client_options (in ``config`` it makes obstore 0.12 panic).
     opts = ep.storage_options()
     config = {k: v for k, v in opts.items() if k != "allow_http"}
-    if unsigned:
-        config["aws_unsigned_payload"] = "true"
     client_options = {"allow_http": True, "connect_timeout": "10s", "timeout": "60s"}
     retry_config = {"max_retries": 0}
     store = ObS3Store.from_url(f"s3://{BUCKET}", config=config, client_options=client_options,
@@ -211,23 +212,14 @@ def _obstore(ep: Endpoint, unsigned: bool) -> Client:
         "client_options": client_options, "retry_config": retry_config})
 
 
-def make_obstore(ep: Endpoint) -> Client:
-    return _obstore(ep, unsigned=False)
-
-
-def make_obstore_unsigned(ep: Endpoint) -> Client:
-    return _obstore(ep, unsigned=True)
-
-
 FACTORIES: dict[str, Callable[[Endpoint], Client]] = {
-    LEGACY: make_legacy,
     STORE: make_store,
-    TUNED: make_tuned,
+    STORE_ARROW: make_store_arrow,
     OBSTORE: make_obstore,
-    OBSTORE_UNSIGNED: make_obstore_unsigned,
+    BOTO3: make_boto3,
 }
 # Configured to send a conditional PUT once: these get the stub check.
-EXACTLY_ONCE_CANDIDATES = (STORE, TUNED, OBSTORE)
+EXACTLY_ONCE_CANDIDATES = (STORE, OBSTORE, BOTO3)
 
 
 def _jsonable(v: Any) -> Any:
@@ -442,10 +434,6 @@ def bench_s3_client_cpu(ctx: BenchContext) -> dict[str, Any]:
         for s in SIZES:
             d = comp[name]["sizes"][str(s)]
             d["ratio_to_obstore"] = ratio(d["cpu_s_per_gb"]["median"], ref_med[s])
-            if name == TUNED:
-                d["ratio_to_obstore_unsigned"] = ratio(
-                    d["cpu_s_per_gb"]["median"],
-                    comp[OBSTORE_UNSIGNED]["sizes"][str(s)]["cpu_s_per_gb"]["median"])
 
     rows = []
     for name in comp:
@@ -460,7 +448,7 @@ def bench_s3_client_cpu(ctx: BenchContext) -> dict[str, Any]:
                          f"{d['ratio_to_obstore']:.2f} ({pr['min']:.2f}..{pr['max']:.2f})",
                          f"{d['wall_mb_s']['median']:.1f}"])
     targets = []
-    for name in (STORE, TUNED):
+    for name in (STORE, STORE_ARROW):
         for s in SIZES:
             rr = comp[name]["sizes"][str(s)]["ratio_to_obstore"]
             targets.append({"what": f"{name} CPU/GB / obstore, {fmt_bytes(s)} entries "
@@ -478,7 +466,7 @@ def bench_s3_client_cpu(ctx: BenchContext) -> dict[str, Any]:
                     "value": str(enforced), "met": all(enforced.values())})
     return {
         "name": NAME,
-        "title": f"S3 put-if-absent: client CPU per GB, boto3 vs obstore ({backend})",
+        "title": f"S3 put-if-absent: client CPU per GB, ours vs obstore vs boto3 ({backend})",
         "config": {
             "entry_bytes": list(SIZES), "ops_per_repeat": {str(k): v for k, v in ops.items()},
             "backend": backend, "endpoint": "127.0.0.1 (loopback), path-style, plain http",
@@ -517,7 +505,7 @@ def plot_s3_client_cpu(result: dict[str, Any], machine: dict[str, Any]) -> None:
     names = list(comp)
     sizes = result["config"]["entry_bytes"]
     fig, axes = new_figure(3, width=5.2, height=4.6)
-    colors = ["#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#ff9896"]
+    colors = ["#1f77b4", "#aec7e8", "#d62728", "#7f7f7f"]
     width = 0.8 / len(names)
     x = np.arange(len(sizes))
     panels = ((axes[0], "cpu_s_per_gb", "client CPU s per GB (median, min-max)", True),
