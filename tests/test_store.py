@@ -323,3 +323,23 @@ def test_s3_store_works_in_forked_children(s3_table, s3_server, tmp_path):
     assert out.split("\n")[:4] == [
         "before obstore True", "parent obstore True", "after boto3 True",
         "parent-again obstore True"], out + err
+
+
+@pytest.mark.s3
+def test_s3_credentials_from_the_aws_chain(s3_server, s3_bucket, tmp_path, monkeypatch):
+    """No keys in the options: boto3's chain (here a shared credentials file, which
+    object_store alone does not read) supplies them to the obstore data path too."""
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = {s3_server.access_key}\n"
+                     f"aws_secret_access_key = {s3_server.secret_key}\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    store = open_store(f"s3://{s3_bucket}/{uuid.uuid4().hex}/t.lance",
+                       {"aws_endpoint": s3_server.endpoint, "aws_region": s3_server.region,
+                        "allow_http": "true"})
+    assert store.data_client() == "obstore"
+    store.put_if_absent("k", b"v")
+    assert store.get("k") == b"v" and list(store.list("")) == ["k"]
