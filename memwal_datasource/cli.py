@@ -833,7 +833,7 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
 
 def run() -> None:
     """Console-script entry point (errors are already one line with an exit code)."""
-    main()
+    main(prog_name="memwal")
 
 
 if __name__ == "__main__":  # python -m memwal_datasource.cli
