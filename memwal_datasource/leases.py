@@ -130,9 +130,14 @@ class LeaseLost(LeaseError):
         self.shard = shard
         self.lease = lease
         self.by = by
-        if not reason:
-            reason = (f"taken by {by.describe()}" if by is not None and not by.released
-                      else "released" if by is not None else "its lease files are gone")
+        if reason:
+            pass
+        elif by is None:
+            reason = "its lease files are gone"
+        elif by.lease_id == lease.lease_id:
+            reason = "it was released"
+        else:
+            reason = f"taken by {by.describe()}"
         super().__init__(
             f"shard {shard}: lost the lease of {lease.holder.describe()} ({reason}); "
             "another writer may claim the shard and fence this one, so stop writing")

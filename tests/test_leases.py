@@ -175,18 +175,24 @@ def test_renew_extends_the_lease_and_history_stays_small(any_store, clock):
         f"{LEASES_DIR}/{shard}/{g:020d}.json" for g in (18, 19, 20)]
 
 
+def meet_at_first_put(n: int) -> set[int]:
+    """Hold each thread's first lease PUT until ``n`` threads are about to write."""
+    ready = threading.Barrier(n, timeout=30)
+    seen: set[int] = set()
+
+    def meet(kind, **_):
+        if kind == "acquire" and threading.get_ident() not in seen:
+            seen.add(threading.get_ident())
+            ready.wait()
+
+    hooks.register("lease.before_put", meet)
+    return seen
+
+
 def test_two_threads_race_for_one_shard_exactly_one_wins(any_store, clock):
     leases = leases_on(any_store, clock)
     shard = new_shard()
-    both_ready = threading.Barrier(2, timeout=30)
-    seen: set[int] = set()
-
-    def meet(kind, **_):  # hold each thread's first PUT until both are about to write
-        if kind == "acquire" and threading.get_ident() not in seen:
-            seen.add(threading.get_ident())
-            both_ready.wait()
-
-    hooks.register("lease.before_put", meet)
+    seen = meet_at_first_put(2)
     results: dict[str, Lease | None] = {}
     threads = [threading.Thread(target=lambda n=n: results.__setitem__(
         n, leases.try_acquire(shard, job(n)))) for n in ("A", "B")]
@@ -205,15 +211,7 @@ def test_pick_free_concurrent_takers_get_distinct_shards(any_store, clock):
     leases = leases_on(any_store, clock)
     pool = [new_shard() for _ in range(6)]
     n = 4
-    all_ready = threading.Barrier(n, timeout=30)
-    seen: set[int] = set()
-
-    def meet(kind, **_):
-        if kind == "acquire" and threading.get_ident() not in seen:
-            seen.add(threading.get_ident())
-            all_ready.wait()  # all four write the pool's first shard at once
-
-    hooks.register("lease.before_put", meet)
+    meet_at_first_put(n)  # all four write the pool's first shard at once
     got: dict[int, tuple[str, Lease]] = {}
     threads = [threading.Thread(target=lambda p=p: got.__setitem__(
         p, leases.pick_free(pool, job("J", p)))) for p in range(n)]
