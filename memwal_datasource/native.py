@@ -29,7 +29,7 @@ from .format import ShardManifest
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import ObjectStore, open_store
-from .table import MemWalTable, primary_key_of
+from .table import MemWalTable, TableSnapshot, primary_key_of
 from .wal import WalAppender, WalTailer, find_tip
 from .writer import NotInThisMode, ShardWriter, WriterStats, as_batches, check_schema
 
@@ -341,17 +341,18 @@ class NativeShardWriter(ShardWriter):
         return s
 
 
-def committed_sstables(table: MemWalTable) -> dict[str, list[tuple[int, str]]]:
+def committed_sstables(table: MemWalTable, snap: TableSnapshot | None = None
+                       ) -> dict[str, list[tuple[int, str]]]:
     """``{shard: [(generation, path), ...]}`` of the SSTables commit records name.
 
-    Only the uncompacted committed tail counts: an SSTable a failed, fenced
-    or aborted attempt flushed (it may be in the shard manifest) is never
-    named, and the rows of compacted records are in the base table already.
-    Rows written WAL-only have no SSTable: they reach Lance's readers through
-    compaction (and ours through their WAL ranges).
+    Only the uncompacted committed tail (of ``snap``, or a fresh snapshot)
+    counts: an SSTable a failed, fenced or aborted attempt flushed (it may be
+    in the shard manifest) is never named, and the rows of compacted records
+    are in the base table already. Rows written WAL-only have no SSTable: they
+    reach Lance's readers through compaction (and ours through their WAL ranges).
     """
     out: dict[str, list[tuple[int, str]]] = {}
-    for rng in table.snapshot().tail:
+    for rng in (snap or table.snapshot()).tail:
         for path in rng.sstables:
             m = _GENERATION.search(path)
             if m is None:
@@ -366,8 +367,10 @@ def committed_lsm_scanner(table: MemWalTable):
 
     This is Lance's LSM view (newest row per primary key) of what MemTable-mode
     jobs committed: never an uncommitted attempt's SSTable, whatever the shard
-    manifests list. Refused while an uncompacted overwrite hides the base table,
-    which ``LsmScanner`` cannot hide (use :func:`memwal_datasource.table.read_table`).
+    manifests list. Rows committed WAL-only join it when compaction folds them
+    into the base table; until then :func:`memwal_datasource.table.read_table`
+    is the fresher view. Refused while an uncompacted overwrite hides the base
+    table, which ``LsmScanner`` cannot hide.
     """
     from lance.mem_wal import LsmScanner, ShardSnapshot
 
@@ -377,7 +380,7 @@ def committed_lsm_scanner(table: MemWalTable):
                           "hides the base table, which LsmScanner would show; compact first "
                           "or read with read_table()")
     shards = []
-    for shard, tables in committed_sstables(table).items():
+    for shard, tables in committed_sstables(table, snap).items():
         s = ShardSnapshot(shard)
         for generation, path in sorted(tables):
             s = s.with_sstable(generation, path)

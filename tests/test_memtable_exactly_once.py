@@ -231,3 +231,32 @@ def test_memtable_mode_without_a_primary_key_is_refused_before_any_write(locatio
     assert ManifestStore(open_store(uri, opts), shard).latest() is None
     with open_shard_writer(uri, shard, SCHEMA, wal_only(), opts) as w:  # WAL-only is fine
         w.put(make_batch(0, 1))
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_committed_lsm_view_after_compaction_and_overwrite(pk_table):
+    """Compacted SSTables leave the view (their rows are in the base); an overwrite is refused."""
+    from memwal_datasource.commit import OVERWRITE
+    from memwal_datasource.compact import compact
+    from memwal_datasource.errors import MemWalError
+    from memwal_datasource.native import committed_sstables
+
+    uri, opts = pk_table
+    shard = new_shard()
+    with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w:
+        w.put(make_batch(0, 3))
+    commit(uri, opts, w.stats())
+    table = MemWalTable(uri, opts)
+    assert committed_sstables(table) == {shard: [(1, w.stats().sstables[0])]}
+    compact(table)
+    assert committed_sstables(table) == {}
+    assert ids(committed_lsm_scanner(table).to_table()) == [0, 1, 2]  # from the base, once
+    with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w2:
+        w2.put(make_batch(7, 1))
+    s = w2.stats()
+    CommitLog(open_store(uri, opts)).append(OVERWRITE, [CommittedRange(
+        shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows,
+        sstables=tuple(s.sstables))])
+    assert ids(read_table(uri, opts)) == [7]
+    with pytest.raises(MemWalError, match="overwrite .* hides the base table"):
+        committed_lsm_scanner(table)
