@@ -204,6 +204,8 @@ def test_committed_rows_replayed_by_a_direct_pylance_open_are_read_once(pk_table
     commit(uri, opts, w.stats())
     whole = read_table(uri, opts)
     assert whole.column("id").to_pylist().count(0) == 1 and ids(whole) == [0, 1, 2, 10, 11]
+    raw = wal_rows(open_store(uri, opts), shard)  # the tailer's raw log: each entry once
+    assert sorted(raw) == [0, 1, 2, 10, 11]
     assert ids(committed_lsm_scanner(MemWalTable(uri, opts)).to_table()) == [10, 11]
 
 
