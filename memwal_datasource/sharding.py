@@ -300,3 +300,11 @@ def initialize_shard(store: ObjectStore, sharding: Sharding, shard_id: str,
             f"shard {shard_id} records spec id {current.shard_spec_id} with field entries "
             f"{current.shard_field_entries}, but {sharding.describe()} routes value {value!r} "
             f"(entries {entries}) there; refusing to mix values in one shard")
+
+
+PARTITION_FIX = ("prepare the DataFrame with memwal_datasource.spark.partition_for_table(df, "
+                 "path) before df.write, so that each sharding value is written by one task")
+
+
+class ShardConflict(MemWalError):
+    """Two writers of one job (or two jobs) wrote rows of one sharding value's shard."""

@@ -1,5 +1,6 @@
 """Spark glue: the ``memwal`` data source (thin layer over the Spark-free core)."""
 
+from .routing import partition_for_table
 from .source import MemWalDataSource
 
-__all__ = ["MemWalDataSource"]
+__all__ = ["MemWalDataSource", "partition_for_table"]

@@ -20,6 +20,7 @@ from ..config import ShardWriterConfig
 from ..errors import ConfigError
 from ..native import check_native_config
 from ..options import normalize, parse_bool, redact
+from ..sharding import Sharding, ShardingRequest
 
 STORAGE_PREFIX = "storage."
 # WAL-only Spark tasks queue at most this many WAL entries' worth of batches.
@@ -39,7 +40,15 @@ WRITE_OPTIONS = {
     "txnappid": "batch idempotency key, with txnVersion (as Delta's): a job re-run with the "
                 "same key and a version not above the last committed one commits nothing",
     "txnversion": "batch idempotency version (a non-negative integer), with txnAppId",
+    "shard_by_bucket": "when creating the table: route rows to shards by Lance's bucket(column, "
+                       "num_buckets) sharding spec (use a primary-key column)",
+    "num_buckets": "with shard_by_bucket: the number of buckets (shards), 1..1024",
+    "shard_by_identity": "when creating the table: one shard per value of this column (Lance's "
+                         "identity sharding spec)",
+    "operation": "'upsert' (default; on a table without a primary key rows are appended) or "
+                 "'delete': write delete markers for the primary keys in the DataFrame",
 }
+OPERATIONS = ("upsert", "delete")
 READ_OPTIONS = {
     "path": WRITE_OPTIONS["path"],
     "isolation": "read_committed (default) or read_uncommitted",
@@ -129,6 +138,15 @@ class WriteOptions:
     config: ShardWriterConfig
     storage: dict[str, str] = field(repr=False)
     txn: Txn | None = None
+    operation: str = "upsert"
+    shard_by: ShardingRequest | None = None
+    # The table's sharding spec, resolved on the driver once the table exists.
+    sharding: Sharding | None = None
+
+    @property
+    def delete(self) -> bool:
+        """True for ``operation=delete``."""
+        return self.operation == "delete"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -140,7 +158,19 @@ class WriteOptions:
             raise ConfigError(f"option 'writer_group' must be a non-empty name without '/', "
                               f"got '{group}'")
         pk = tuple(c.strip() for c in opts.get("primary_key", "").split(",") if c.strip())
+        operation = opts.get("operation", "upsert").strip().lower()
+        if operation not in OPERATIONS:
+            raise ConfigError(f"option 'operation' must be one of {OPERATIONS}, "
+                              f"got '{opts['operation']}'")
+        if operation == "delete" and "enable_memtable" not in opts:
+            # Deletes are written as WAL entries with Lance's _tombstone column, which
+            # pylance's native writer takes only through its own delete(); WAL-only
+            # mode writes them (and pylance replays them).
+            opts = {**opts, "enable_memtable": "false"}
         config = ShardWriterConfig.from_options(opts)
+        if operation == "delete" and config.enable_memtable:
+            raise ConfigError("option 'operation=delete' is written WAL-only: drop "
+                              "'enable_memtable=true' (or set it to false)")
         if "durable_write" not in opts:
             # A task's commit message is returned only after close() has made
             # every row durable, so per-put durability buys a Spark task nothing
@@ -156,7 +186,8 @@ class WriteOptions:
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,
                    create_table=parse_bool("create_table", opts.get("create_table", "true")),
                    num_shards=_positive_int(opts, "num_shards"), config=config,
-                   storage=storage_options(opts), txn=_txn(opts))
+                   storage=storage_options(opts), txn=_txn(opts), operation=operation,
+                   shard_by=_shard_by(opts))
 
     def shard_for(self, partition_id: int) -> str:
         """The deterministic shard of a Spark partition in this writer group."""
@@ -168,6 +199,15 @@ class WriteOptions:
         return (f"path={self.path} writer_group={self.writer_group} "
                 f"enable_memtable={self.config.enable_memtable} "
                 f"storage={redact(self.storage)}")
+
+
+def _shard_by(options: Mapping[str, str]) -> ShardingRequest | None:
+    bucket, identity = options.get("shard_by_bucket"), options.get("shard_by_identity")
+    if bucket is None and identity is None and "num_buckets" not in options:
+        return None
+    return ShardingRequest(bucket_column=(bucket or "").strip() or None,
+                           num_buckets=_positive_int(options, "num_buckets"),
+                           identity_column=(identity or "").strip() or None).validate()
 
 
 def _txn(options: Mapping[str, str]) -> Txn | None:

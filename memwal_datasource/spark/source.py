@@ -24,19 +24,21 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from .. import sharding
 from ..commit import OVERWRITE, Txn, stream_app_id
 from ..errors import ConfigError
 from ..store import S3Store, open_store
 from ..table import (
-    create_table,
     data_schema,
     open_table,
     primary_key_of,
     schema_mismatch,
     table_exists,
+    without_row_key,
 )
 from .options import ReadOptions, WriteOptions
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
+from .routing import prepare_delete
 from .stream import MemWalStreamReader, refuse_unsupported
 from .writer import (
     MemWalBatchWriter,
@@ -213,6 +215,8 @@ def _check_store(path: str, storage: dict[str, str]) -> None:
 
 def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     """Create the table from the DataFrame's schema, or check it against the table's."""
+    if opts.delete:
+        return prepare_delete(opts, spark_schema)
     incoming = table_schema_for(spark_schema)
     _check_store(opts.path, opts.storage)
     if table_exists(opts.path, opts.storage):
@@ -224,10 +228,11 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
         if opts.primary_key and opts.primary_key != existing_pk:
             raise ConfigError(f"option 'primary_key' is {list(opts.primary_key)} but the table at "
                               f"{opts.path} has primary key {list(existing_pk)}")
-        return table
+        return without_row_key(table)  # compaction's hidden key is not written
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
-    return create_table(opts.path, incoming, opts.primary_key, opts.storage).schema
+    return sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
+                                 opts.shard_by).schema
 
 
 class MemWalDataSource(DataSource):

@@ -1,0 +1,164 @@
+"""Sharded primary-key tables from Spark: routing, upserts, deletes, the one-task-per-shard rule."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import lance
+import pytest
+from lance.mem_wal import LsmScanner, ShardSnapshot
+from pyspark.sql.functions import spark_partition_id
+
+from memwal_datasource.commit import CommitLog
+from memwal_datasource.manifest import ManifestStore, list_shards
+from memwal_datasource.sharding import table_sharding
+from memwal_datasource.spark import partition_for_table
+from memwal_datasource.store import open_store
+from memwal_datasource.table import read_table
+from memwal_datasource.wal import WalTailer
+from tests.spark.test_writer import write
+
+BUCKETED = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": "4"}
+
+
+def frame(spark, ids_from, n, tag, parts=4):
+    """Keys spread over every partition (round-robin), deliberately not by bucket."""
+    return (spark.range(ids_from, ids_from + n, numPartitions=1)
+            .selectExpr("id", f"concat('{tag}-', id) as v").repartition(parts))
+
+
+def storage(opts):
+    return {k[len("storage."):]: v for k, v in opts.items()}
+
+
+def shards_of_keys(uri, opts) -> dict[int, set[str]]:
+    """key -> every shard whose WAL holds a row (or marker) for it."""
+    store = open_store(uri, storage(opts))
+    where = defaultdict(set)
+    for shard in list_shards(store):
+        for _pos, entry in WalTailer(store, shard).entries(1):
+            for b in entry.batches:
+                for key in b.column("id").to_pylist():
+                    where[key].add(shard)
+    return where
+
+
+def lsm_rows(uri) -> dict[int, str]:
+    """Every shard's SSTables through pylance's LsmScanner (base + SSTables, newest wins)."""
+    ds = lance.dataset(uri)
+    store = open_store(uri)
+    snaps = []
+    for shard in list_shards(store):
+        m = ManifestStore(store, shard).latest()
+        snap = ShardSnapshot(shard).with_spec_id(m.shard_spec_id)
+        snap = snap.with_current_generation(m.current_generation)
+        for t in m.sstables:
+            snap = snap.with_sstable(t.generation, t.path)
+        snaps.append(snap)
+    got = LsmScanner.from_snapshots(ds, snaps).to_table().to_pylist()
+    out = {r["id"]: r["v"] for r in got}
+    assert len(out) == len(got), "LsmScanner returned a key twice"
+    return out
+
+
+def test_partition_for_table_puts_each_bucket_in_one_task(spark, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    write(frame(spark, 0, 8, "a").coalesce(1), uri, {}, enable_memtable="false", **BUCKETED)
+    sharding = table_sharding(lance.dataset(uri))
+    df = partition_for_table(frame(spark, 0, 400, "b"), uri)
+    assert df.columns == ["id", "v"]
+    placed = df.select("id", spark_partition_id().alias("pid")).collect()
+    assert sorted(r.id for r in placed) == list(range(400))
+    import pyarrow as pa
+
+    ids = pa.array([r.id for r in placed], pa.int64())
+    buckets = sharding.values(pa.record_batch([ids], names=["id"])).to_pylist()
+    tasks = defaultdict(set)
+    for bucket, r in zip(buckets, placed, strict=True):
+        tasks[bucket].add(r.pid)
+    assert len(tasks) == 4 and all(len(p) == 1 for p in tasks.values()), tasks
+
+
+def test_bucketed_pk_job_upserts_and_deletes_read_once_newest(spark, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    mem = {"enable_memtable": "true", "max_wal_flush_interval_ms": "20"}
+    # partition_for_table needs the table: a one-row job creates it with its spec.
+    write(frame(spark, 0, 1, "seed").coalesce(1), uri, {}, **mem, **BUCKETED)
+    write(partition_for_table(frame(spark, 0, 300, "old"), uri), uri, {}, **mem)
+    write(partition_for_table(frame(spark, 0, 150, "new"), uri), uri, {}, **mem)
+    sharding = table_sharding(lance.dataset(uri))
+    where = shards_of_keys(uri, {})
+    assert sorted(where) == list(range(300))
+    assert all(len(s) == 1 for s in where.values()), "a key landed in two shards"
+    assert len(list_shards(open_store(uri))) == 4
+    for shard in list_shards(open_store(uri)):
+        m = ManifestStore(open_store(uri), shard).latest()
+        assert m.shard_spec_id == sharding.spec_id and len(m.shard_field_entries) == 1
+    newest = {i: f"{'new' if i < 150 else 'old'}-{i}" for i in range(300)}
+    assert lsm_rows(uri) == newest
+    table = read_table(uri).to_pylist()
+    assert {r["id"]: r["v"] for r in table} == newest and len(table) == 300
+
+    # Deletes: the keys of a DataFrame (other columns are ignored), WAL-only markers.
+    doomed = spark.range(0, 50, numPartitions=3).selectExpr("id", "'ignored' as note")
+    write(partition_for_table(doomed, uri), uri, {}, operation="delete")
+    live = {k: v for k, v in newest.items() if k >= 50}
+    table = read_table(uri).to_pylist()
+    assert {r["id"]: r["v"] for r in table} == live and len(table) == 250
+    assert all(len(s) == 1 for s in shards_of_keys(uri, {}).values())
+    # pylance replays our delete markers (a writer's open replays the WAL; close flushes).
+    ds = lance.dataset(uri)
+    for shard in list_shards(open_store(uri)):
+        ds.mem_wal_writer(shard).close()
+    assert lsm_rows(uri) == live
+
+
+def test_one_value_in_two_tasks_is_refused_with_the_fix(spark, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    wal = {"enable_memtable": "false"}
+    write(frame(spark, 0, 40, "a").coalesce(1), uri, {}, **wal, **BUCKETED)  # one task: fine
+    before = sorted(read_table(uri).to_pylist(), key=lambda r: r["id"])
+    records = len(list(CommitLog(open_store(uri)).records()))
+    with pytest.raises(Exception, match="partition_for_table") as info:
+        write(frame(spark, 0, 200, "b", parts=2), uri, {}, **wal)
+    assert "memwal_datasource.spark.partition_for_table(df, path)" in str(info.value)
+    assert sorted(read_table(uri).to_pylist(), key=lambda r: r["id"]) == before
+    assert len(list(CommitLog(open_store(uri)).records())) == records
+
+
+@pytest.mark.parametrize("backend", ["s3"])
+def test_sharded_upserts_and_deletes_on_s3(spark, spark_location):
+    uri, opts = spark_location
+    wal = {"enable_memtable": "false", **opts}
+    write(frame(spark, 0, 1, "seed").coalesce(1), uri, {}, **wal, **BUCKETED)
+    write(partition_for_table(frame(spark, 0, 120, "old"), uri, opts), uri, {}, **wal)
+    write(partition_for_table(frame(spark, 0, 60, "new"), uri, opts), uri, {}, **wal)
+    doomed = spark.range(100, 120, numPartitions=2)
+    write(partition_for_table(doomed, uri, opts), uri, {}, operation="delete", **opts)
+    want = {i: f"{'new' if i < 60 else 'old'}-{i}" for i in range(100)}
+    table = read_table(uri, storage(opts)).to_pylist()
+    assert {r["id"]: r["v"] for r in table} == want and len(table) == 100
+    assert all(len(s) == 1 for s in shards_of_keys(uri, opts).values())
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"enable_memtable": "true"}, "option 'enable_memtable' is true .* no primary key"),
+    ({"enable_memtable": "false", "operation": "delete"}, "'operation=delete' needs a primary"),
+    ({"operation": "delete", "enable_memtable": "true"}, "written WAL-only"),
+    ({"operation": "merge"}, "option 'operation' must be one of"),
+    ({"enable_memtable": "false", "shard_by_bucket": "id"}, "'num_buckets' go together"),
+])
+def test_driver_refusals(spark, tmp_path, extra, match):
+    uri = str(tmp_path / "t.lance")
+    write(frame(spark, 0, 5, "a", parts=1), uri, {}, enable_memtable="false")
+    with pytest.raises(Exception, match=match):
+        write(frame(spark, 0, 5, "a", parts=1), uri, {}, **extra)
+
+
+def test_sharding_options_conflicting_with_the_table_are_refused(spark, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    write(frame(spark, 0, 5, "a", parts=1), uri, {}, enable_memtable="false", **BUCKETED)
+    for extra, match in [({"num_buckets": "8", "shard_by_bucket": "id"}, "conflict with"),
+                         ({"num_shards": "2"}, "'num_shards' does not apply")]:
+        with pytest.raises(Exception, match=match):
+            write(frame(spark, 0, 5, "a", parts=1), uri, {}, enable_memtable="false", **extra)
