@@ -25,6 +25,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeAlias
 from urllib.parse import urlparse
 
@@ -82,8 +83,10 @@ class ObjectStore(ABC):
         memory are durable at once, so this is ``put_if_absent`` there."""
         self.put_if_absent(key, data)
 
-    def sync(self, keys: list[str]) -> None:  # noqa: B027 - durable at once unless overridden
-        """Make objects written with :meth:`put_if_absent_unsynced` durable."""
+    def sync(self, keys: list[str], *, data: bool = True,  # noqa: B027 - durable at once
+             names: bool = True) -> None:
+        """Make objects written with :meth:`put_if_absent_unsynced` durable: their
+        ``data``, and their ``names`` (a caller may sync data first, names later)."""
 
     @abstractmethod
     def put(self, key: str, data: BytesLike) -> None:
@@ -176,6 +179,28 @@ class MemoryStore(ObjectStore):
             self._data.pop(key, None)
 
 
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_FSYNC_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_FSYNC_POOL_LOCK = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    """One small fsync pool per process (recreated in a forked child, e.g. a Spark worker)."""
+    global _FSYNC_POOL
+    with _FSYNC_POOL_LOCK:
+        if _FSYNC_POOL is None or _FSYNC_POOL[0] != os.getpid():
+            _FSYNC_POOL = (os.getpid(), ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="memwal-fsync"))
+        return _FSYNC_POOL[1]
+
+
 class LocalStore(ObjectStore):
     """Local disk. put-if-absent = temp file, fsync, ``os.link`` (fails if the
     name exists), fsync the directory: atomic and durable across power loss."""
@@ -229,18 +254,17 @@ class LocalStore(ObjectStore):
         if fsync:
             self._fsync_dir(os.path.dirname(path))
 
-    def sync(self, keys: list[str]) -> None:
-        """fsync each object, then each directory once (so the names are durable too)."""
-        directories = set()
-        for key in keys:
-            path = self._path(key)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            directories.add(os.path.dirname(path))
-        for directory in directories:
+    def sync(self, keys: list[str], *, data: bool = True, names: bool = True) -> None:
+        """fsync each object (``data``; several at once, since the filesystem
+        journal commits concurrent fsyncs together), then each directory once
+        (``names``)."""
+        paths = [self._path(key) for key in keys]
+        if data and len(paths) > 1:
+            list(_fsync_pool().map(_fsync_path, paths))
+        elif data:
+            for path in paths:
+                _fsync_path(path)
+        for directory in {os.path.dirname(p) for p in paths} if names else ():
             self._fsync_dir(directory)
 
     def put(self, key: str, data: BytesLike) -> None:

@@ -117,6 +117,7 @@ class WalAppender:
         self._unsynced_lock = threading.Lock()  # guards the list, held briefly
         self._sync_lock = threading.Lock()  # held through a sync: see sync()
         self._sync_error: Exception | None = None
+        self._names_pending: list[str] = []  # data synced, directory not yet
 
     @classmethod
     def open(
@@ -170,22 +171,27 @@ class WalAppender:
         self.last_position = res.position
         return res
 
-    def sync(self) -> None:
+    def sync(self, *, names: bool = True) -> None:
         """Make every entry appended so far durable (a no-op when each already is).
 
-        Safe from any thread, concurrently with appends. Syncs are serialised, so
-        when a call returns, every entry appended before it started is durable,
-        including those another thread's sync had taken and was still syncing.
+        With ``names=False`` only the entries' data is synced (one fsync per
+        entry; their directory waits for a later full sync, which then costs
+        one more). Safe from any thread, concurrently with appends. Syncs are
+        serialised, so when a call returns, every entry appended before it
+        started is durable, including those another thread's sync had taken.
         """
         with self._sync_lock:
             if self._sync_error is not None:  # the keys it lost are not durable: never again
                 raise self._sync_error
             with self._unsynced_lock:
                 keys, self._unsynced = self._unsynced, []
-            if not keys:
-                return
+            self._names_pending += keys
             try:
-                self.store.sync(keys)
+                if keys:
+                    self.store.sync(keys, names=False)
+                if names and self._names_pending:
+                    self.store.sync(self._names_pending, data=False)
+                    self._names_pending = []
             except Exception as exc:  # noqa: BLE001 - rows may not be durable: never report them
                 self._sync_error = self._poison(
                     f"could not make {len(keys)} WAL entries durable ({exc})")

@@ -273,15 +273,16 @@ class WalOnlyShardWriter(ShardWriter):
             self._blocked = False
 
     def _sync_behind(self) -> None:
-        """Hand the sync thread the entries that landed (without durable_write)."""
+        """Hand the sync thread the entries that landed (without durable_write): their
+        data only, since the directory changes with every entry; flush/close sync it."""
         try:
-            self._syncer.submit(self._sync)
+            self._syncer.submit(self._sync, False)
         except RuntimeError:  # shut down: close() has synced or is syncing them
             pass
 
-    def _sync(self) -> None:
+    def _sync(self, names: bool = True) -> None:
         try:
-            self._appender.sync()
+            self._appender.sync(names=names)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
             self._fail(exc)
 
