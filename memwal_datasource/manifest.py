@@ -135,14 +135,15 @@ class ManifestStore:
         has a manifest (or a racing creator wins version 1), nothing is written
         and the latest version is returned for the caller to check.
         """
-        if self.latest_version() == 0:
-            first = ShardManifest(shard_id=self.shard_id, version=1, writer_epoch=0,
-                                  shard_spec_id=shard_spec_id,
-                                  shard_field_entries=list(field_entries))
-            if self._write(first):
-                return first
         latest = self.latest()
-        assert latest is not None  # version 1 exists: ours or a racing creator's
+        if latest is not None:
+            return latest
+        first = ShardManifest(shard_id=self.shard_id, version=1, writer_epoch=0,
+                              shard_spec_id=shard_spec_id, shard_field_entries=list(field_entries))
+        if self._write(first):
+            return first
+        latest = self.latest()  # a racing creator (or claimer) won version 1
+        assert latest is not None
         return latest
 
     def claim_epoch(self, create: bool = True) -> ShardManifest:

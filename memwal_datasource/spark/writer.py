@@ -150,6 +150,7 @@ def _close_shards(writers: dict[str, ShardWriter]) -> None:
 
 
 def _abort_shards(writers) -> None:
+    """Abort shard writers after a failure: the one place a task abandons shards."""
     for w in writers:
         w.abort()
 
@@ -234,8 +235,7 @@ def write_task(opts: WriteOptions, schema: pa.Schema,
             return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0)
         _close_shards({shard: writer})
     except BaseException:
-        if writer is not None:
-            writer.abort()
+        _abort_shards([writer] if writer is not None else [])
         raise
     s = writer.stats()
     return MemWalCommitMessage(

@@ -16,7 +16,7 @@ from memwal_datasource.spark import partition_for_table
 from memwal_datasource.store import open_store
 from memwal_datasource.table import read_table
 from memwal_datasource.wal import WalTailer
-from tests.spark.test_writer import write
+from tests.spark.test_writer import read, write
 
 BUCKETED = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": "4"}
 
@@ -139,6 +139,10 @@ def test_sharded_upserts_and_deletes_on_s3(spark, spark_location):
     table = read_table(uri, storage(opts)).to_pylist()
     assert {r["id"]: r["v"] for r in table} == want and len(table) == 100
     assert all(len(s) == 1 for s in shards_of_keys(uri, opts).values())
+    # The WAL-tail read is the log: markers only when asked for, as _tombstone rows.
+    tail = read(spark, uri, opts, metadata_columns="true").filter("_tombstone").collect()
+    assert sorted(r.id for r in tail) == list(range(100, 120))
+    assert read(spark, uri, opts).count() == 1 + 120 + 60
 
 
 @pytest.mark.parametrize("extra, match", [
