@@ -335,6 +335,7 @@ class S3Store(ObjectStore):
         self.prefix = prefix.strip("/")
         self.options = options
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._obstores: dict[bool, tuple[int, object]] = {}  # conditional -> (pid, store)
 
     @property
     def _client(self):
@@ -350,7 +351,12 @@ class S3Store(ObjectStore):
 
     def _obstore_call(self, key: str, call, *, conditional: bool = False):
         """Run ``call(store, path)`` on this process's obstore store, errors mapped."""
-        store = s3_clients.obstore_store(self.options, self.bucket, conditional)
+        pid = os.getpid()
+        cached = self._obstores.get(conditional)
+        if cached is None or cached[0] != pid:  # first use, or a forked copy of this object
+            cached = self._obstores[conditional] = (
+                pid, s3_clients.obstore_store(self.options, self.bucket, conditional))
+        store = cached[1]
         try:
             return call(store, self._key(key))
         except Exception as exc:  # noqa: BLE001 - mapped to typed errors
