@@ -13,7 +13,25 @@ compare-and-set every compactor goes through.
    which records it folds. The first compactor to write it (put-if-absent)
    decides; every other compactor, and every later retry, folds the same records.
 3. Build the rows from the WAL entries those records name and commit them
-   with the mark ``R``.
+   with the mark ``R`` (plus, per shard whose MemTable SSTables the records
+   name, the highest such generation, so pylance's LSM readers that filter
+   by ``compacted_sstables`` stop counting those SSTables).
+
+**With a primary key** the merge is keyed on it: the newest row per key wins,
+tombstones delete, an ``overwrite`` record replaces the table.
+
+**Without a primary key** the base table gets a hidden ``int64`` column
+:data:`~memwal_datasource.table.ROW_KEY` (added, null for existing rows, by the
+first compaction: a schema-only commit; a compactor that loses that race to
+another gets Lance's commit conflict, re-reads and finds the column). Round
+``R`` gives its ``i``-th row the key ``R << 32 | i`` and merges keyed on it
+with only ``when_not_matched_insert_all``: keys are new, so it is a pure
+append, but one that carries the compare-and-set. A plain Lance append has
+no conflict guard (two appends from one stale version both commit), and
+``merge_insert`` is the only Lance commit that checks the mark; the keys are
+also deterministic, so even a merge re-run against a version that already
+holds round ``R`` would match every row and insert none. Our readers hide
+the column (``data_schema``); a Lance reader sees it as a nullable column.
 
 Why it is exactly once: a round's rows are a pure function of immutable
 records and entries, fixed by its intent; Lance accepts the mark ``R`` only
@@ -21,9 +39,12 @@ when ``G = R - 1``, so round ``R`` commits once. A crash between any two
 steps leaves either no intent (step 2 redone), an intent without a commit
 (the next compactor commits it), or a commit (``G`` moved on). A stalled
 compactor that wakes up after another one committed its round gets Lance's
-"Stale SSTable compaction" refusal and commits nothing. A plain Lance append
-has no such guard (two appends from one stale version both commit), which is
-why compaction goes through ``merge_insert`` on the primary key.
+"Stale SSTable compaction" refusal and commits nothing.
+
+The pieces (:func:`next_round`, :func:`round_ranges`, :func:`fold_rows`,
+:func:`commit_round`) are public so that :mod:`memwal_datasource.spark.compact`
+can read a round's WAL entries in Spark tasks and commit on the driver.
+
 """
 
 from __future__ import annotations
@@ -34,15 +55,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import hooks
-from .commit import OVERWRITE
+from .commit import OVERWRITE, CommittedRange
 from .errors import MemWalError
+from .lance_manifest import compacted_generations
 from .store import put_resolved
 from .table import (
     LEDGER_SHARD,
+    ROW_KEY,
     TOMBSTONE,
     CompactionRound,
     MemWalTable,
@@ -55,7 +79,9 @@ from .table import (
 log = logging.getLogger(__name__)
 
 _STALE = re.compile(r"Stale SSTable compaction", re.IGNORECASE)
+_GENERATION = re.compile(r"_gen_(\d+)/?$")
 DEFAULT_MAX_RECORDS = 256
+ROUND_ROWS_LIMIT = 1 << 32  # rows of one round on a table without a primary key
 
 
 @dataclass
@@ -70,6 +96,7 @@ class RoundResult:
     committed: bool  # False: another compactor had committed this round
     seconds: float
     base_version: int | None = None
+    sstables: dict[str, int] = field(default_factory=dict)  # shard: generation marked
 
 
 @dataclass
@@ -91,10 +118,14 @@ class CompactionError(MemWalError):
     """Compaction cannot run on this table; the message says why and what to do."""
 
 
-def _round_rows(table: MemWalTable, rnd: CompactionRound, schema: pa.Schema,
-                pk: list[str]) -> tuple[pa.Table, pa.Table, bool]:
-    """(upserts, deleted keys, overwrite) for one round, newest row per key."""
-    ranges = []
+# --- one round's inputs ------------------------------------------------------------
+
+def round_ranges(table: MemWalTable, rnd: CompactionRound) -> tuple[list[CommittedRange], bool]:
+    """(committed ranges in commit order, overwrite) of the records round ``rnd`` folds.
+
+    An ``overwrite`` record drops the ranges before it: the round replaces the table.
+    """
+    ranges: list[CommittedRange] = []
     overwrite = False
     for rec in table.commits.records(after=rnd.after_seq):
         if rec.sequence > rnd.upto_seq:
@@ -102,10 +133,35 @@ def _round_rows(table: MemWalTable, rnd: CompactionRound, schema: pa.Schema,
         if rec.kind == OVERWRITE:
             ranges, overwrite = [], True
         ranges.extend(rec.ranges)
-    rows = last_per_key(table.range_rows(ranges, schema), pk)
-    deleted = rows.filter(rows.column(TOMBSTONE)).select(pk)
-    upserts = rows.filter(pc.invert(rows.column(TOMBSTONE))).drop_columns([TOMBSTONE])
-    return upserts.cast(schema), deleted, overwrite
+    return ranges, overwrite
+
+
+def sstable_marks(ranges: list[CommittedRange]) -> dict[str, int]:
+    """``{shard: highest MemTable SSTable generation}`` the ranges name."""
+    out: dict[str, int] = {}
+    for r in ranges:
+        for path in r.sstables:
+            m = _GENERATION.search(path)
+            if m is None:
+                raise CompactionError(f"shard {r.shard_id}: SSTable path {path!r} in a commit "
+                                      "record has no '_gen_N' suffix")
+            out[r.shard_id] = max(out.get(r.shard_id, 0), int(m.group(1)))
+    return out
+
+
+def fold_rows(rows: pa.Table, pk: list[str]) -> tuple[pa.Table, pa.Table]:
+    """(rows to write, deleted keys) of rows in commit order with a ``_tombstone`` column.
+
+    With a primary key the newest row per key wins and tombstones delete it;
+    without one every live row is kept, in order.
+    """
+    if pk:
+        rows = last_per_key(rows, pk)
+        deleted = rows.filter(rows.column(TOMBSTONE)).select(pk)
+    else:
+        deleted = pa.table({})
+    live = rows.filter(pc.invert(rows.column(TOMBSTONE))).drop_columns([TOMBSTONE])
+    return live, deleted
 
 
 def _sql_literal(value) -> str:
@@ -125,25 +181,100 @@ def _delete_predicate(deleted: pa.Table, pk: list[str]) -> str | None:
                        for r in rows)
 
 
-def _commit_round(table: MemWalTable, rnd: CompactionRound, pk: list[str]) -> RoundResult:
-    """Merge one round into the base table with the ledger mark ``rnd.number``."""
+# --- the commit --------------------------------------------------------------------
+
+def _is_conflict(exc: OSError) -> bool:
+    from lance.commit import CommitConflictError
+
+    return isinstance(exc, CommitConflictError) or "conflict" in str(exc).lower()
+
+
+def ensure_row_key(table: MemWalTable, attempts: int = 5):
+    """The base dataset with the hidden :data:`ROW_KEY` column (added if missing).
+
+    Adding it is a schema-only commit; two compactors may race: the loser gets
+    Lance's commit conflict, re-reads and finds the winner's column.
+    """
+    for _ in range(attempts):
+        ds = table.dataset()
+        if ROW_KEY in ds.schema.names:
+            return ds
+        try:
+            hooks.point("compact.row_key", version=ds.version)
+            ds.add_columns(pa.field(ROW_KEY, pa.int64()))
+            log.info("memwal compaction: added hidden column %s to %s (a table without a "
+                     "primary key)", ROW_KEY, table.uri)
+        except OSError as exc:
+            if not _is_conflict(exc):
+                raise
+    ds = table.dataset()
+    if ROW_KEY not in ds.schema.names:
+        raise CompactionError(f"could not add column {ROW_KEY} to {table.uri}: every try "
+                              "conflicted with another commit; run compaction again")
+    return ds
+
+
+def _keyed(rows: pa.Table, number: int, ds_schema: pa.Schema) -> pa.Table:
+    """``rows`` in the base table's column order with round ``number``'s row keys."""
+    if rows.num_rows >= ROUND_ROWS_LIMIT:
+        raise CompactionError(f"compaction round {number} has {rows.num_rows} rows, more than "
+                              f"{ROUND_ROWS_LIMIT - 1}: use a smaller --max-records-per-round")
+    keys = pa.array((number << 32) | np.arange(rows.num_rows, dtype=np.int64), pa.int64())
+    schema = data_schema(ds_schema)
+    cols, fields = [], []
+    for f in ds_schema:
+        if f.name == ROW_KEY:
+            cols.append(keys)
+            fields.append(pa.field(ROW_KEY, pa.int64()))
+        else:
+            want = schema.field(f.name)
+            col = rows.column(f.name)
+            cols.append(col if col.type.equals(want.type) else col.cast(want.type))
+            fields.append(want)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def commit_round(table: MemWalTable, rnd: CompactionRound, rows: pa.Table, deleted: pa.Table,
+                 overwrite: bool, marks: dict[str, int], *, ds=None,
+                 started: float | None = None) -> RoundResult:
+    """Merge one round's folded rows into the base with the ledger mark ``rnd.number``.
+
+    ``rows``/``deleted`` come from :func:`fold_rows`, ``marks`` from
+    :func:`sstable_marks`. Lance's stale-mark refusal means another compactor
+    (or an earlier try of ours) committed this round: the result says so.
+    """
     from lance.mem_wal import CompactedSsTable
 
-    t0 = time.perf_counter()
-    ds = table.dataset()
-    schema = data_schema(ds.schema)
-    upserts, deleted, overwrite = _round_rows(table, rnd, schema, pk)
-    builder = (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all())
-    if overwrite:
-        builder = builder.when_not_matched_by_source_delete()
+    t0 = time.perf_counter() if started is None else started
+    ds = ds if ds is not None else table.dataset()
+    pk = primary_key_of(ds.schema)
+    if pk:
+        builder = ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
+        source = rows.cast(data_schema(ds.schema))
+        if overwrite:
+            builder = builder.when_not_matched_by_source_delete()
+        else:
+            predicate = _delete_predicate(deleted, pk)
+            if predicate is not None:
+                builder = builder.when_not_matched_by_source_delete(predicate)
     else:
-        predicate = _delete_predicate(deleted, pk)
-        if predicate is not None:
-            builder = builder.when_not_matched_by_source_delete(predicate)
-    builder = builder.mark_sstables_as_compacted([CompactedSsTable(LEDGER_SHARD, rnd.number)])
+        if ROW_KEY not in ds.schema.names:
+            ds = ensure_row_key(table)
+        # New keys never match: a pure insert that still carries the compare-and-set.
+        builder = ds.merge_insert(ROW_KEY).when_not_matched_insert_all()
+        source = _keyed(rows, rnd.number, ds.schema)
+        if overwrite:
+            builder = builder.when_not_matched_by_source_delete()
+    recorded = compacted_generations(table.store, ds.version)
+    # Per shard the highest generation, never one already recorded (that would be
+    # refused as stale); the ledger mark last. Ascending generation order.
+    fresh = {s: g for s, g in marks.items() if g > recorded.get(s, 0)}
+    sstables = [CompactedSsTable(s, g) for s, g in sorted(fresh.items(), key=lambda x: x[1])]
+    builder = builder.mark_sstables_as_compacted(
+        sstables + [CompactedSsTable(LEDGER_SHARD, rnd.number)])
     hooks.point("compact.before_commit", round=rnd.number)
     try:
-        builder.execute(upserts)
+        builder.execute(source)
         committed = True
     except OSError as exc:
         if not _STALE.search(str(exc)):
@@ -151,15 +282,27 @@ def _commit_round(table: MemWalTable, rnd: CompactionRound, pk: list[str]) -> Ro
         committed = False  # another compactor (or our own earlier try) committed it
     hooks.point("compact.after_commit", round=rnd.number)
     version = table.dataset().version
-    log.info("memwal compaction round %d (records %d..%d): %s %d rows, %d deletes%s",
+    log.info("memwal compaction round %d (records %d..%d): %s %d rows, %d deletes%s%s",
              rnd.number, rnd.after_seq + 1, rnd.upto_seq,
              "merged" if committed else "already committed by another compactor",
-             upserts.num_rows, deleted.num_rows, " (overwrite)" if overwrite else "")
-    return RoundResult(rnd.number, rnd.after_seq, rnd.upto_seq, upserts.num_rows,
-                       deleted.num_rows, committed, time.perf_counter() - t0, version)
+             source.num_rows, deleted.num_rows, " (overwrite)" if overwrite else "",
+             f", SSTables compacted {fresh}" if fresh else "")
+    return RoundResult(rnd.number, rnd.after_seq, rnd.upto_seq, source.num_rows,
+                       deleted.num_rows, committed, time.perf_counter() - t0, version, fresh)
 
 
-def _next_round(table: MemWalTable, max_records: int) -> CompactionRound | None:
+def _run_round(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
+    """Read, fold and commit one round in this process."""
+    t0 = time.perf_counter()
+    ds = table.dataset()
+    ranges, overwrite = round_ranges(table, rnd)
+    rows = table.range_rows(ranges, data_schema(ds.schema))
+    live, deleted = fold_rows(rows, primary_key_of(ds.schema))
+    return commit_round(table, rnd, live, deleted, overwrite, sstable_marks(ranges), ds=ds,
+                        started=t0)
+
+
+def next_round(table: MemWalTable, max_records: int) -> CompactionRound | None:
     """The round to run now: the pending intent, or a new one; ``None`` if up to date."""
     recorded = table.compacted_round(table.dataset().version)
     number = recorded + 1
@@ -180,33 +323,34 @@ def _next_round(table: MemWalTable, max_records: int) -> CompactionRound | None:
     return table.round(number)  # another compactor fixed this round's records first
 
 
+def pending_records(table: MemWalTable) -> int:
+    """Commit records not yet in the base table."""
+    snap = table.snapshot(table.dataset().version)
+    return snap.last_seq - snap.compacted_seq
+
+
 def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECORDS,
             max_rounds: int | None = None, dry_run: bool = False,
-            progress: Callable[[RoundResult, int], None] | None = None) -> CompactionSummary:
+            progress: Callable[[RoundResult, int], None] | None = None,
+            run_round: Callable[[MemWalTable, CompactionRound], RoundResult] | None = None,
+            ) -> CompactionSummary:
     """Fold every committed, uncompacted record into the base table; see the module doc.
 
     Safe to run concurrently with writers, readers and other compactors, and
     to kill at any point. ``progress(result, remaining_records)`` is called
-    after each round.
+    after each round; ``run_round`` replaces the in-process read-fold-commit of
+    one round (the Spark job passes its own).
     """
-    ds = table.dataset()
-    pk = primary_key_of(ds.schema)
-    if not pk:
-        raise CompactionError(
-            f"table {table.uri} has no primary key: compaction commits through "
-            "merge_insert on the primary key, the only Lance commit that carries the "
-            "compare-and-set that makes it exactly once. Create tables you want to "
-            "compact with option 'primary_key'")
     summary = CompactionSummary(table.uri, dry_run=dry_run)
-    snap = table.snapshot(ds.version)
-    summary.pending_records = snap.last_seq - snap.compacted_seq
+    summary.pending_records = pending_records(table)
     if dry_run:
         return summary
+    run_round = run_round or _run_round
     while max_rounds is None or len(summary.rounds) < max_rounds:
-        rnd = _next_round(table, max_records_per_round)
+        rnd = next_round(table, max_records_per_round)
         if rnd is None:
             break
-        result = _commit_round(table, rnd, pk)
+        result = run_round(table, rnd)
         summary.rounds.append(result)
         summary.pending_records = max(0, table.commits.next_sequence() - 1 - rnd.upto_seq)
         if progress is not None:

@@ -29,6 +29,8 @@ from .store import ObjectStore, open_store
 from .wal import WalTailer
 
 PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
+# The base table's hidden compaction key on tables without a primary key (see compact.py).
+ROW_KEY = "_memwal_row"
 # Lance's own per-field metadata; not part of what users compare.
 _LANCE_FIELD_KEYS = (b"lance:field_id", PK_METADATA_KEY)
 
@@ -110,10 +112,18 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str] = (),
     return lance.dataset(uri, storage_options=opts)
 
 
+def without_row_key(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without the base table's hidden compaction key (writers never send it)."""
+    i = schema.get_field_index(ROW_KEY)
+    return schema if i < 0 else schema.remove(i)
+
+
 def data_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema without Lance's per-field bookkeeping metadata."""
+    """The schema users see: no Lance per-field bookkeeping, no compaction row key."""
     fields = []
     for f in schema:
+        if f.name == ROW_KEY:
+            continue
         meta = {k: v for k, v in (f.metadata or {}).items() if k not in _LANCE_FIELD_KEYS}
         fields.append(f.with_metadata(meta or None))
     return pa.schema(fields)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,10 +17,10 @@ import pytest
 
 from memwal_datasource import hooks
 from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
-from memwal_datasource.compact import CompactionError, compact
+from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, create_table
+from memwal_datasource.table import ROW_KEY, MemWalTable, create_table
 from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, new_shard
 
@@ -90,6 +91,13 @@ def test_compaction_folds_committed_rows_once(pk_table):
 def test_killed_compactor_then_rerun_is_exactly_once(pk_table, point):
     uri, opts = pk_table
     want = history(uri, opts)
+    run_worker(uri, opts, point)
+    assert base_rows(uri, opts) == want
+    assert MemWalTable(uri, opts).committed_tail() == []
+
+
+def run_worker(uri, opts, point: str) -> None:
+    """A compactor killed at hook ``point`` in a child process, then a full re-run."""
     env = dict(os.environ, MEMWAL_STORAGE_OPTIONS=json.dumps(opts), MEMWAL_KILL_AT=point)
     proc = subprocess.run([sys.executable, "-m", "tests.compact_worker", uri], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=180)
@@ -98,8 +106,6 @@ def test_killed_compactor_then_rerun_is_exactly_once(pk_table, point):
     proc = subprocess.run([sys.executable, "-m", "tests.compact_worker", uri], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert base_rows(uri, opts) == want
-    assert MemWalTable(uri, opts).committed_tail() == []
 
 
 def test_stalled_compactor_wakes_after_another_finished(pk_table):
@@ -152,9 +158,138 @@ def test_whole_table_read_is_exactly_once_at_every_stage(pk_table):
     assert whole() == {9: "ow-9"}  # an uncompacted overwrite hides the base
 
 
-def test_table_without_primary_key_is_refused_clearly(location):
+# --- tables without a primary key (Spark's default) ----------------------------------
+
+@pytest.fixture
+def plain_table(location):
+    """(uri, storage_options) of a fresh table without a primary key, with a MemWAL."""
     uri, opts = location
     create_table(uri, SCHEMA, storage_options=opts)
-    write(uri, opts, new_shard(), [batch([1], "x")])
-    with pytest.raises(CompactionError, match="no primary key.*primary_key"):
-        compact(MemWalTable(uri, opts))
+    return uri, opts
+
+
+def plain_history(uri, opts) -> Counter:
+    """The PK history on a table without a key: every committed row counts, duplicates too."""
+    history(uri, opts)
+    want = Counter((i, f"a1-{i}") for i in range(0, 10))
+    want.update((i, f"b1-{i}") for i in range(5, 15))
+    want.update([(0, "a2-0"), (1, "a2-1"), (200, "a2-200")])
+    return want
+
+
+def plain_base(uri, opts) -> Counter:
+    """The base table's rows as a multiset; every row key unique and set."""
+    rows = MemWalTable(uri, opts).dataset().to_table().to_pylist()
+    keys = [r[ROW_KEY] for r in rows]
+    assert None not in keys and len(set(keys)) == len(keys), "a row key is missing or repeated"
+    return Counter((r["id"], r["v"]) for r in rows)
+
+
+def test_table_without_primary_key_compacts_exactly_once(plain_table):
+    from memwal_datasource import read_table
+
+    uri, opts = plain_table
+    want = plain_history(uri, opts)
+    table = MemWalTable(uri, opts)
+    summary = compact(table, max_records_per_round=2)
+    assert [(r.number, r.committed) for r in summary.rounds] == [(1, True), (2, True)]
+    assert summary.rows == sum(want.values()) == 23
+    assert plain_base(uri, opts) == want
+    assert table.committed_tail() == []
+    whole = read_table(uri, opts)
+    assert whole.column_names == ["id", "v"]  # the row key stays hidden
+    assert Counter((r["id"], r["v"]) for r in whole.to_pylist()) == want
+    version = table.dataset().version
+    assert compact(table).rounds == [] and table.dataset().version == version  # no-op re-run
+    write(uri, opts, new_shard(), [batch([7, 7], "c")])
+    assert compact(table).rows == 2
+    want.update([(7, "c-7"), (7, "c-7")])
+    assert plain_base(uri, opts) == want
+    write(uri, opts, new_shard(), [batch([1, 2], "o")], kind=OVERWRITE)
+    compact(table)
+    assert plain_base(uri, opts) == Counter([(1, "o-1"), (2, "o-2")])
+
+
+@pytest.mark.parametrize("point", ["compact.row_key:1", "compact.before_commit:1",
+                                   "compact.after_commit:1", "compact.before_commit:2"])
+def test_killed_compactor_without_primary_key_then_rerun_is_exactly_once(plain_table, point):
+    uri, opts = plain_table
+    want = plain_history(uri, opts)
+    run_worker(uri, opts, point)
+    assert plain_base(uri, opts) == want
+    assert MemWalTable(uri, opts).committed_tail() == []
+
+
+def paused(point: str, names: set[str]):
+    """At hook ``point``, threads named in ``names`` stop until their Event is set.
+
+    Returns ({name: reached}, {name: release}) Events.
+    """
+    reached = {n: threading.Event() for n in names}
+    release = {n: threading.Event() for n in names}
+
+    def hold(**_):
+        name = threading.current_thread().name
+        if name in names and not reached[name].is_set():
+            reached[name].set()
+            assert release[name].wait(60)
+
+    hooks.register(point, hold)
+    return reached, release
+
+
+def test_stalled_compactor_without_primary_key_commits_nothing(plain_table):
+    uri, opts = plain_table
+    want = plain_history(uri, opts)
+    reached, release = paused("compact.before_commit", {"stalled"})
+    out: dict = {}
+    stalled = threading.Thread(name="stalled", target=lambda: out.update(
+        s=compact(MemWalTable(uri, opts), max_records_per_round=2, max_rounds=1)))
+    try:
+        stalled.start()
+        assert reached["stalled"].wait(60)
+        other = compact(MemWalTable(uri, opts), max_records_per_round=2)
+        assert [r.committed for r in other.rounds] == [True, True]
+        release["stalled"].set()
+        stalled.join(60)
+    finally:
+        for e in release.values():
+            e.set()
+        hooks.clear()
+    assert [r.committed for r in out["s"].rounds] == [False]  # Lance refused the stale mark
+    assert plain_base(uri, opts) == want
+
+
+def test_two_compactors_adding_the_row_key_at_once(plain_table):
+    """Both read the table without the column; one adds it, the other's add conflicts,
+    it re-reads, finds the column and then loses the round to the first."""
+    uri, opts = plain_table
+    want = plain_history(uri, opts)
+    reached, release = paused("compact.row_key", {"a", "b"})
+    out: dict = {}
+    errors: list[BaseException] = []
+
+    def run(name):
+        try:
+            out[name] = compact(MemWalTable(uri, opts), max_records_per_round=2)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    threads = {n: threading.Thread(name=n, target=run, args=(n,)) for n in ("a", "b")}
+    try:
+        for t in threads.values():
+            t.start()
+        assert reached["a"].wait(60) and reached["b"].wait(60)  # both saw no column
+        release["a"].set()
+        threads["a"].join(60)
+        release["b"].set()
+        threads["b"].join(60)
+    finally:
+        for e in release.values():
+            e.set()
+        hooks.clear()
+    assert not errors, errors
+    assert [r.committed for r in out["a"].rounds] == [True, True]
+    assert [r.committed for r in out["b"].rounds] == [False]
+    assert MemWalTable(uri, opts).dataset().schema.names.count(ROW_KEY) == 1
+    assert plain_base(uri, opts) == want

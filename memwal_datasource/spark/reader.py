@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from ..commit import CommittedRange, CommittedView
 from ..manifest import list_shards
 from ..store import open_store
-from ..table import TOMBSTONE, MemWalTable, data_schema, last_per_key, primary_key_of
+from ..table import ROW_KEY, TOMBSTONE, MemWalTable, data_schema, last_per_key, primary_key_of
 from ..wal import WalTailer
 from ..writer import cast_columns
 from .options import ReadOptions
@@ -33,7 +33,7 @@ METADATA_FIELDS = [
 
 def output_schema(table_schema: pa.Schema, metadata_columns: bool) -> pa.Schema:
     """The rows' schema: the table's columns, then metadata columns if asked."""
-    fields = [f.with_metadata(None) for f in table_schema if f.name != TOMBSTONE]
+    fields = [f.with_metadata(None) for f in table_schema if f.name not in (TOMBSTONE, ROW_KEY)]
     if metadata_columns:
         fields += METADATA_FIELDS
     return pa.schema(fields)

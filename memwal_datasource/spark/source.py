@@ -244,7 +244,7 @@ class MemWalDataSource(DataSource):
 
     def _read_opts(self) -> tuple[ReadOptions, pa.Schema]:
         opts = ReadOptions.parse(dict(self.options))
-        table = open_table(opts.path, opts.storage).schema
+        table = without_row_key(open_table(opts.path, opts.storage).schema)
         if opts.metadata_columns:
             taken = [f.name for f in METADATA_FIELDS if f.name != TOMBSTONE
                      and f.name in table.names]
