@@ -33,16 +33,22 @@ def batch(ids, tag: str) -> pa.RecordBatch:
                            schema=SCHEMA)
 
 
-def write(uri, opts, shard, batches, *, kind=APPEND, commit=True) -> None:
-    """One task's writes to ``shard`` and (unless ``commit`` is false) its commit record."""
-    config = ShardWriterConfig(enable_memtable=False, durable_write=False)
+def write(uri, opts, shard, batches, *, kind=APPEND, commit=True, memtable=False) -> list[str]:
+    """One task's writes to ``shard`` and (unless ``commit`` is false) its commit record.
+
+    Returns the SSTables the task flushed (MemTable mode, pylance's native writer).
+    """
+    config = (ShardWriterConfig(enable_memtable=True, max_wal_flush_interval_ms=10) if memtable
+              else ShardWriterConfig(enable_memtable=False, durable_write=False))
     with open_shard_writer(uri, shard, SCHEMA, config, opts) as w:
         for b in batches:
             w.put(b)
     s = w.stats()
     if commit:
         CommitLog(open_store(uri, opts)).append(kind, [CommittedRange(
-            shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows)])
+            shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows,
+            sstables=tuple(s.sstables))])
+    return list(s.sstables)
 
 
 def history(uri, opts) -> dict[int, str]:
@@ -293,3 +299,38 @@ def test_two_compactors_adding_the_row_key_at_once(plain_table):
     assert [r.committed for r in out["b"].rounds] == [False]
     assert MemWalTable(uri, opts).dataset().schema.names.count(ROW_KEY) == 1
     assert plain_base(uri, opts) == want
+
+
+# --- MemTable-mode SSTables --------------------------------------------------------
+
+def test_rounds_mark_the_memtable_sstables_their_records_name(pk_table):
+    """Rows come from the committed WAL ranges; the round also marks, per shard, the
+    highest SSTable generation its records name, in the same base-table commit."""
+    from memwal_datasource.lance_manifest import compacted_generations
+    from memwal_datasource.table import LEDGER_SHARD
+
+    uri, opts = pk_table
+    a, b = new_shard(), new_shard()
+    assert write(uri, opts, a, [batch(range(0, 10), "a1")], memtable=True)[0].endswith("_gen_1")
+    write(uri, opts, b, [batch(range(5, 15), "b1")], memtable=True)
+    write(uri, opts, a, [batch(range(100, 103), "lost")], commit=False, memtable=True)
+    assert write(uri, opts, a, [batch([0, 1], "a2")], memtable=True)[0].endswith("_gen_3")
+    want = {i: f"a1-{i}" for i in range(0, 5)}
+    want.update({i: f"b1-{i}" for i in range(5, 15)})
+    want.update({0: "a2-0", 1: "a2-1"})
+    table = MemWalTable(uri, opts)
+    first = compact(table, max_records_per_round=2, max_rounds=1).rounds[0]
+    assert first.sstables == {a: 1, b: 1}
+    marks = compacted_generations(table.store, table.dataset().version)
+    assert marks == {a: 1, b: 1, LEDGER_SHARD: 1}
+    second = compact(table).rounds[0]
+    assert second.sstables == {a: 3}  # generation 2 (a failed task's) is below it
+    assert base_rows(uri, opts) == want
+    marks = compacted_generations(table.store, table.dataset().version)
+    assert marks == {a: 3, b: 1, LEDGER_SHARD: 2}
+    # A later WAL-only write to a compacted shard moves only the ledger.
+    write(uri, opts, a, [batch([500], "w")])
+    assert compact(table).rounds[0].sstables == {}
+    marks = compacted_generations(table.store, table.dataset().version)
+    assert marks == {a: 3, b: 1, LEDGER_SHARD: 3}
+    assert base_rows(uri, opts) == {**want, 500: "w-500"}
