@@ -63,3 +63,101 @@ def test_spark_appends_without_primary_key_compact_exactly_once(spark, spark_loc
     assert whole.column_names == ["id", "v"]
     assert compact(uri, storage).rows == 20
     assert base(uri, storage) == want
+
+
+# --- compaction as a Spark job -------------------------------------------------------
+
+def pk_history(spark, uri, opts) -> dict[int, str]:
+    """Spark appends to a primary-key table spread over shards; the newest value per key."""
+    append(spark, uri, opts, 0, 40, primary_key="id")
+    append(spark, uri, opts, 30, 60, tag="u-", primary_key="id")  # updates 30..39
+    append(spark, uri, opts, 0, 5, tag="n-", primary_key="id")
+    want = {i: str(i) for i in range(0, 30)}
+    want.update({i: f"u-{i}" for i in range(30, 60)})
+    want.update({i: f"n-{i}" for i in range(0, 5)})
+    return want
+
+
+def pk_base(uri, storage) -> dict[int, str]:
+    rows = lance.dataset(uri, storage_options=lance_storage_options(storage)).to_table()
+    ids = rows.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a key is in the base table twice"
+    return dict(zip(ids, rows.column("v").to_pylist(), strict=True))
+
+
+class Crash(Exception):
+    """Stands for the driver dying at a compaction step."""
+
+
+@pytest.mark.parametrize("backend", ["local"])
+@pytest.mark.parametrize("point", ["compact.intent", "compact.before_commit",
+                                   "compact.after_commit"])
+def test_spark_compaction_job_crash_between_steps_then_rerun(spark, spark_location, point):
+    from memwal_datasource import hooks
+    from memwal_datasource.spark import compact as spark_compact
+
+    uri, opts = spark_location
+    storage = {k[len("storage."):]: v for k, v in opts.items()}
+    want = pk_history(spark, uri, opts)
+
+    def crash(**_):
+        raise Crash(point)
+
+    hooks.register(point, crash)
+    try:
+        with pytest.raises(Crash):
+            spark_compact(spark, uri, storage, max_records_per_round=2)
+    finally:
+        hooks.clear()
+    summary = spark_compact(spark, uri, storage, max_records_per_round=2)
+    # Round 1 was left as an intent (or committed, after_commit): the re-run finishes it.
+    assert [r.number for r in summary.rounds] == ([2] if point == "compact.after_commit"
+                                                  else [1, 2])
+    assert all(r.committed for r in summary.rounds) and summary.pending_records == 0
+    assert pk_base(uri, storage) == want
+    version = lance.dataset(uri, storage_options=lance_storage_options(storage)).version
+    again = spark_compact(spark, uri, storage)
+    assert again.rounds == [] and again.pending_records == 0  # a re-run changes nothing
+    assert lance.dataset(uri, storage_options=lance_storage_options(storage)).version == version
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_spark_compaction_job_against_a_stalled_core_compactor(spark, spark_location):
+    """A core compactor stalls before its commit; the Spark job compacts everything;
+    the stalled one wakes and Lance refuses its stale mark. Tables without a key too."""
+    import threading
+
+    from memwal_datasource import hooks
+    from memwal_datasource.compact import compact as core_compact
+    from memwal_datasource.spark import compact as spark_compact
+    from memwal_datasource.table import MemWalTable
+
+    uri, opts = spark_location
+    storage = {k[len("storage."):]: v for k, v in opts.items()}
+    append(spark, uri, opts, 0, 30)
+    append(spark, uri, opts, 20, 50)
+    append(spark, uri, opts, 50, 60)
+    want = rows(0, 30) + rows(20, 50) + rows(50, 60)
+    held, release = threading.Event(), threading.Event()
+
+    def hold(**_):
+        if threading.current_thread().name == "stalled":
+            held.set()
+            assert release.wait(120)
+
+    hooks.register("compact.before_commit", hold)
+    out: dict = {}
+    stalled = threading.Thread(name="stalled", target=lambda: out.update(s=core_compact(
+        MemWalTable(uri, storage), max_records_per_round=2, max_rounds=1)))
+    try:
+        stalled.start()
+        assert held.wait(120)
+        job = spark_compact(spark, uri, storage, max_records_per_round=2)
+        assert [(r.number, r.committed) for r in job.rounds] == [(1, True), (2, True)]
+        release.set()
+        stalled.join(120)
+    finally:
+        release.set()
+        hooks.clear()
+    assert [r.committed for r in out["s"].rounds] == [False]
+    assert base(uri, storage) == want

@@ -1,0 +1,151 @@
+"""Compaction as a Spark job: ``memwal_datasource.spark.compact(spark, path)``.
+
+For tables whose commit records name more shards and WAL entries than one
+process reads quickly. The guarantees are the core's
+(:mod:`memwal_datasource.compact`), because the steps that make compaction
+exactly once stay on the driver and are the very same functions:
+
+* **driver**: fixes round ``R``'s intent (which commit records it folds,
+  put-if-absent, :func:`~memwal_datasource.compact.next_round`) and lists
+  the round's committed ranges in commit order;
+* **one Spark task per shard** (the shard's ranges in the round): reads and
+  decodes its WAL entries (only each range's epoch), and on a table with a
+  primary key keeps the newest row per key within the shard; it returns the
+  rows as Arrow IPC bytes, each row tagged with its place in commit order;
+* **driver**: merges the tasks' rows in commit order (newest row per key
+  across shards), and commits them with the one ``merge_insert`` that carries
+  the ledger mark ``R`` (:func:`~memwal_datasource.compact.commit_round`).
+
+What is parallel: the WAL reads, decoding and per-shard deduplication (the
+object-store round trips, which dominate on S3 with many shards). What is
+not: the base-table commit, a single ``merge_insert`` on the driver (it
+joins the round's keys against the base table and writes the new data
+files). Lance's ``merge_insert`` takes rows, not pre-written fragments, and it
+is the only Lance commit that checks the mark; ``write_fragments`` plus a
+``LanceOperation`` commit would lose the mark, and with it exactly-once. A
+round's rows therefore pass through the driver: bound them with
+``max_records_per_round``.
+
+A task that fails is retried by Spark (reads are idempotent); a driver that
+dies leaves an intent or a committed round, which the next run (Spark or
+not) finishes or skips, exactly as in the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from ..commit import CommittedRange
+from ..compact import (
+    DEFAULT_MAX_RECORDS,
+    CompactionSummary,
+    RoundResult,
+    commit_round,
+    fold_rows,
+    round_ranges,
+    sstable_marks,
+)
+from ..compact import compact as core_compact
+from ..table import CompactionRound, MemWalTable, data_schema, last_per_key, primary_key_of
+
+log = logging.getLogger("memwal_datasource")
+ORDER = "__memwal_order"  # a row's place in the round's commit order
+
+
+def shard_tasks(ranges: list[CommittedRange]) -> list[list[tuple[int, CommittedRange]]]:
+    """The round's ranges grouped per shard, each with its index in commit order."""
+    groups: dict[str, list[tuple[int, CommittedRange]]] = {}
+    for i, r in enumerate(ranges):
+        groups.setdefault(r.shard_id, []).append((i, r))
+    return list(groups.values())
+
+
+def read_task(uri: str, storage_options: dict[str, str], schema: pa.Schema, pk: list[str],
+              group: list[tuple[int, CommittedRange]]) -> bytes:
+    """One shard's rows of a round (runs on an executor): Arrow IPC with :data:`ORDER`."""
+    table = MemWalTable(uri, storage_options)
+    pieces = []
+    for index, rng in group:
+        rows = table.range_rows([rng], schema)
+        order = (index << 32) | np.arange(rows.num_rows, dtype=np.int64)
+        pieces.append(rows.append_column(ORDER, pa.array(order, pa.int64())))
+    rows = pa.concat_tables(pieces)
+    if pk:  # the newest row per key within the shard; across shards on the driver
+        rows = last_per_key(rows, pk)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return sink.getvalue().to_pybytes()
+
+
+def _round_on_spark(spark, storage_options: dict[str, str]):
+    """A ``run_round`` for the core loop: read on executors, fold and commit on the driver."""
+
+    def run(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
+        t0 = time.perf_counter()
+        ds = table.dataset()
+        schema = data_schema(ds.schema)
+        pk = primary_key_of(ds.schema)
+        ranges, overwrite = round_ranges(table, rnd)
+        groups = shard_tasks(ranges)
+        uri = table.uri
+        if groups:
+            spark.sparkContext.setJobDescription(
+                f"memwal compaction round {rnd.number}: read {len(ranges)} range(s) of "
+                f"{len(groups)} shard(s) of {uri}")
+            parts = (spark.sparkContext.parallelize(groups, len(groups))
+                     .map(lambda g: read_task(uri, storage_options, schema, pk, g)).collect())
+            rows = pa.concat_tables(pa.ipc.open_stream(p).read_all() for p in parts)
+            rows = rows.sort_by(ORDER).drop_columns([ORDER])
+        else:
+            rows = table.range_rows([], schema)
+        read_s = time.perf_counter() - t0
+        live, deleted = fold_rows(rows, pk)
+        result = commit_round(table, rnd, live, deleted, overwrite, sstable_marks(ranges),
+                              ds=ds, started=t0)
+        log.info("memwal spark compaction round %d: %d task(s) read %d range(s) in %.1fs, "
+                 "%s %d rows in %.1fs total", rnd.number, len(groups), len(ranges), read_s,
+                 "committed" if result.committed else "another compactor had committed",
+                 result.rows, result.seconds)
+        return result
+
+    return run
+
+
+def compact(spark, path: str, storage_options: Mapping[str, str] | None = None, *,
+            max_records_per_round: int = DEFAULT_MAX_RECORDS, max_rounds: int | None = None,
+            dry_run: bool = False) -> CompactionSummary:
+    """Fold committed WAL entries into the base table with Spark tasks reading the WAL.
+
+    Same rounds, intents and compare-and-set as :func:`memwal_datasource.compact`
+    (see the module doc for what runs where); safe against concurrent and
+    crashed compactors of either kind. Logs a line per round and a summary.
+    """
+    from .writer import _ensure_visible_logging
+
+    _ensure_visible_logging()
+    opts = dict(storage_options or {})
+    table = MemWalTable(path, opts)
+    t0 = time.perf_counter()
+    done = 0
+
+    def progress(result: RoundResult, left: int) -> None:
+        nonlocal done
+        done += result.upto_seq - result.after_seq
+        log.info("memwal spark compaction %s: %d commit record(s) done, %d pending",
+                 path, done, left)
+
+    summary = core_compact(table, max_records_per_round=max_records_per_round,
+                           max_rounds=max_rounds, dry_run=dry_run, progress=progress,
+                           run_round=_round_on_spark(spark, opts))
+    mine = [r for r in summary.rounds if r.committed]
+    log.info("memwal spark compaction %s: %s%d round(s) (%d committed here), %d rows merged, "
+             "%d record(s) pending, %.1fs", path, "dry run: " if dry_run else "",
+             len(summary.rounds), len(mine), summary.rows, summary.pending_records,
+             time.perf_counter() - t0)
+    return summary
