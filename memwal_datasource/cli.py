@@ -751,32 +751,50 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int
 
     Safe to run while jobs write, readers read and other compactors run, and to
     kill at any point: a re-run finishes what was started and never counts a
-    row twice. Tables need a primary key.
+    row twice. Tables without a primary key get a hidden `_memwal_row` column in
+    the base table on their first compaction. For tables too big for one process,
+    run `memwal_datasource.spark.compact(spark, PATH)` from a Spark driver.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from .compact import compact as run_compaction
+    from .compact import planned_rounds
     from .table import MemWalTable
 
     open_table(uri, storage)
     table = MemWalTable(uri, storage)
-    pending = run_compaction(table, dry_run=True).pending_records
+    plan = run_compaction(table, dry_run=True)
+    pending = plan.pending_records
     if dry_run or not pending:
+        rounds = planned_rounds(pending, max_records_per_round)
+        if max_rounds is not None:
+            rounds = min(rounds, max_rounds)
+        key = (f"merged on primary key {plan.primary_key}" if plan.primary_key
+               else "appended (no primary key: keyed by the hidden _memwal_row column)")
         if as_json:
             _emit_json({"table": uri, "dry_run": dry_run, "pending_records": pending,
-                        "rounds": []})
+                        "pending_rows": plan.pending_rows, "planned_rounds": rounds,
+                        "primary_key": plan.primary_key, "rounds": []})
         else:
             _console().print(f"{uri}: {pending} commit record(s) to compact"
-                             + (" (dry run: nothing changed)" if dry_run else ""),
-                             soft_wrap=True)
+                             + (" (dry run: nothing changed)" if dry_run else "")
+                             + (f": {plan.pending_rows:,} rows in {rounds} round(s), {key}"
+                                if pending else ""), soft_wrap=True)
         return
     with Progress(TextColumn("compacting"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("records"), console=_console(), disable=as_json,
-                  transient=True) as bar:
-        task = bar.add_task("compact", total=pending)
+                  TextColumn("records, round {task.fields[round]}"), TimeElapsedColumn(),
+                  console=_console(), disable=as_json, transient=True) as bar:
+        task = bar.add_task("compact", total=pending, round="-")
         summary = run_compaction(
             table, max_records_per_round=max_records_per_round, max_rounds=max_rounds,
-            progress=lambda r, left: bar.update(task, completed=pending - left))
+            progress=lambda r, left: bar.update(task, completed=pending - left,
+                                                round=r.number))
     if as_json:
         _emit_json({"table": uri, "dry_run": False, "pending_records": summary.pending_records,
                     "rounds": [asdict(r) for r in summary.rounds]})

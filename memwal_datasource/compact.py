@@ -107,6 +107,8 @@ class CompactionSummary:
     rounds: list[RoundResult] = field(default_factory=list)
     pending_records: int = 0
     dry_run: bool = False
+    pending_rows: int = 0  # rows the pending records name (tombstones included)
+    primary_key: list[str] = field(default_factory=list)  # empty: keyed by the hidden ROW_KEY
 
     @property
     def rows(self) -> int:
@@ -323,10 +325,9 @@ def next_round(table: MemWalTable, max_records: int) -> CompactionRound | None:
     return table.round(number)  # another compactor fixed this round's records first
 
 
-def pending_records(table: MemWalTable) -> int:
-    """Commit records not yet in the base table."""
-    snap = table.snapshot(table.dataset().version)
-    return snap.last_seq - snap.compacted_seq
+def planned_rounds(pending_records: int, max_records_per_round: int) -> int:
+    """How many rounds a run folds ``pending_records`` in (a dry run's estimate)."""
+    return -(-pending_records // max_records_per_round)
 
 
 def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECORDS,
@@ -341,8 +342,11 @@ def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECO
     after each round; ``run_round`` replaces the in-process read-fold-commit of
     one round (the Spark job passes its own).
     """
-    summary = CompactionSummary(table.uri, dry_run=dry_run)
-    summary.pending_records = pending_records(table)
+    ds = table.dataset()
+    snap = table.snapshot(ds.version)
+    summary = CompactionSummary(table.uri, pending_records=snap.last_seq - snap.compacted_seq,
+                                dry_run=dry_run, pending_rows=sum(r.rows for r in snap.tail),
+                                primary_key=primary_key_of(ds.schema))
     if dry_run:
         return summary
     run_round = run_round or _run_round

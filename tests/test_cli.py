@@ -345,3 +345,29 @@ def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
     out = invoke("inspect", uri)
     assert out.exit_code == 0 and "records 1..3 in the base table" in out.stdout, out.output
     assert invoke("shards", uri).exit_code == 0
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_compact_dry_run_plans_a_table_without_primary_key(location):
+    import lance
+
+    from memwal_datasource.table import create_table
+
+    uri, opts = location
+    create_table(uri, SCHEMA, storage_options=opts)
+    store = open_store(uri, opts)
+    for i in range(3):
+        app = WalAppender.open(store, SHARD)
+        app.append(SCHEMA, [batch([i, i])])
+        CommitLog(store).append(APPEND, [CommittedRange(SHARD, app.epoch, app.first_position,
+                                                        app.last_position, 2)])
+    out = invoke("compact", uri, "--dry-run", "--max-records-per-round", "2", columns=200)
+    assert out.exit_code == 0, out.output
+    assert ("3 commit record(s) to compact (dry run: nothing changed): 6 rows in 2 round(s), "
+            "appended (no primary key") in out.stdout
+    body = json.loads(invoke("compact", uri, "--dry-run", "--json").stdout)
+    assert (body["pending_rows"], body["planned_rounds"], body["primary_key"]) == (6, 1, [])
+    assert lance.dataset(uri).version == 2 and not any(store.list("_memwal_compaction/"))
+    out = invoke("compact", uri, "--max-records-per-round", "2", columns=200)
+    assert out.exit_code == 0 and "2 round(s), 6 rows merged" in out.stdout, out.output
+    assert sorted(lance.dataset(uri).to_table().column("id").to_pylist()) == [0, 0, 1, 1, 2, 2]
