@@ -92,16 +92,6 @@ def test_compaction_folds_committed_rows_once(pk_table):
     assert base_rows(uri, opts) == {1: "o-1", 2: "o-2"}
 
 
-@pytest.mark.parametrize("point", ["compact.intent:1", "compact.before_commit:1",
-                                   "compact.after_commit:1", "compact.before_commit:2"])
-def test_killed_compactor_then_rerun_is_exactly_once(pk_table, point):
-    uri, opts = pk_table
-    want = history(uri, opts)
-    run_worker(uri, opts, point)
-    assert base_rows(uri, opts) == want
-    assert MemWalTable(uri, opts).committed_tail() == []
-
-
 def run_worker(uri, opts, point: str) -> None:
     """A compactor killed at hook ``point`` in a child process, then a full re-run."""
     env = dict(os.environ, MEMWAL_STORAGE_OPTIONS=json.dumps(opts), MEMWAL_KILL_AT=point)
@@ -112,34 +102,6 @@ def run_worker(uri, opts, point: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "tests.compact_worker", uri], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
-
-
-def test_stalled_compactor_wakes_after_another_finished(pk_table):
-    uri, opts = pk_table
-    want = history(uri, opts)
-    held, release = threading.Event(), threading.Event()
-
-    def hold(round):
-        if threading.current_thread().name == "stalled":
-            held.set()
-            assert release.wait(60)
-
-    hooks.register("compact.before_commit", hold)
-    out: dict = {}
-    stalled = threading.Thread(name="stalled", target=lambda: out.update(
-        s=compact(MemWalTable(uri, opts), max_records_per_round=2, max_rounds=1)))
-    try:
-        stalled.start()
-        assert held.wait(60)
-        other = compact(MemWalTable(uri, opts), max_records_per_round=2)
-        assert [r.committed for r in other.rounds] == [True, True]
-        release.set()
-        stalled.join(60)
-    finally:
-        release.set()
-        hooks.clear()
-    assert [r.committed for r in out["s"].rounds] == [False]  # Lance refused the stale mark
-    assert base_rows(uri, opts) == want
 
 
 def test_whole_table_read_is_exactly_once_at_every_stage(pk_table):
@@ -216,13 +178,20 @@ def test_table_without_primary_key_compacts_exactly_once(plain_table):
     assert plain_base(uri, opts) == Counter([(1, "o-1"), (2, "o-2")])
 
 
-@pytest.mark.parametrize("point", ["compact.row_key:1", "compact.before_commit:1",
-                                   "compact.after_commit:1", "compact.before_commit:2"])
-def test_killed_compactor_without_primary_key_then_rerun_is_exactly_once(plain_table, point):
-    uri, opts = plain_table
-    want = plain_history(uri, opts)
+KINDS = {"pk": (["id"], history, base_rows), "plain": ([], plain_history, plain_base)}
+KILL_POINTS = ["compact.intent:1", "compact.before_commit:1", "compact.after_commit:1",
+               "compact.before_commit:2"]
+
+
+@pytest.mark.parametrize("kind,point", [("pk", p) for p in KILL_POINTS]
+                         + [("plain", p) for p in ["compact.row_key:1", *KILL_POINTS[1:]]])
+def test_killed_compactor_then_rerun_is_exactly_once(location, kind, point):
+    uri, opts = location
+    pk, make_history, read_base = KINDS[kind]
+    create_table(uri, SCHEMA, primary_key=pk, storage_options=opts)
+    want = make_history(uri, opts)
     run_worker(uri, opts, point)
-    assert plain_base(uri, opts) == want
+    assert read_base(uri, opts) == want
     assert MemWalTable(uri, opts).committed_tail() == []
 
 
@@ -244,9 +213,12 @@ def paused(point: str, names: set[str]):
     return reached, release
 
 
-def test_stalled_compactor_without_primary_key_commits_nothing(plain_table):
-    uri, opts = plain_table
-    want = plain_history(uri, opts)
+@pytest.mark.parametrize("kind", ["pk", "plain"])
+def test_stalled_compactor_wakes_after_another_finished(location, kind):
+    uri, opts = location
+    pk, make_history, read_base = KINDS[kind]
+    create_table(uri, SCHEMA, primary_key=pk, storage_options=opts)
+    want = make_history(uri, opts)
     reached, release = paused("compact.before_commit", {"stalled"})
     out: dict = {}
     stalled = threading.Thread(name="stalled", target=lambda: out.update(
@@ -263,7 +235,7 @@ def test_stalled_compactor_without_primary_key_commits_nothing(plain_table):
             e.set()
         hooks.clear()
     assert [r.committed for r in out["s"].rounds] == [False]  # Lance refused the stale mark
-    assert plain_base(uri, opts) == want
+    assert read_base(uri, opts) == want
 
 
 def test_two_compactors_adding_the_row_key_at_once(plain_table):
