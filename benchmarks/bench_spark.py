@@ -1,23 +1,24 @@
 """The ``memwal`` Spark source end to end, against Spark's own ceilings.
 
-* :func:`bench_spark_write`: one cached DataFrame written by memwal (WAL-only, MemTable),
-  by a no-op ``DataSourceArrowWriter`` (the ceiling for any Python sink) and by parquet.
-* :func:`bench_tail_read`: ``spark.read.format("memwal")`` vs pyarrow reading the same WAL
-  files (1 and 2 processes), a minimal Python source over them, and parquet.
+* :func:`bench_spark_write`: one cached DataFrame written by memwal (WAL-only, Spark's
+  defaults), by a no-op ``DataSourceArrowWriter`` (the ceiling for any Python sink) and
+  by Spark's parquet writer, with 10k- and 100k-row Arrow batches.
+* :func:`bench_read`: ``spark.read.format("memwal")`` vs a Python data source yielding
+  the same Arrow batches from memory (the ceiling for any Python source), and parquet.
+* :func:`bench_worker_rss`: peak RSS of the executor Python worker writing with default
+  options (memwal WAL-only vs the no-op sink), sampled from outside.
 
-One SparkSession per benchmark (``local[2]``, UI off, workers on ``sys.executable``). The
-2-process read uses a ``spawn`` pool: the calling script needs an ``if __name__ ==
-"__main__":`` guard (``benchmarks.run`` has one).
+One SparkSession per benchmark (``local[2]``, UI off, workers on ``sys.executable``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
-import multiprocessing
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +42,12 @@ from .common import (
     MB,
     REPO_ROOT,
     BenchContext,
+    MiB,
     Stopwatch,
     interleaved,
     new_figure,
-    ratio,
+    paired,
+    ratio_target,
     rm_tree,
     save_figure,
     summarize,
@@ -52,18 +55,16 @@ from .common import (
 
 PARTS = 4
 SUFFIX = "-abcdefghijklmnopqrstuvwxyz0123"  # ~58 Arrow bytes a row, as in common.make_batch
-W_WAL = "memwal WAL-only (durable_write=true)"
-W_WAL_ND = "memwal WAL-only, durable_write=false"
-W_MEMT = "memwal MemTable (durable_write=true)"
-W_MEMT_ND = "memwal MemTable, durable_write=false"
+ROW_BYTES = 58
+BATCH_ROWS = (10_000, 100_000)  # spark.sql.execution.arrow.maxRecordsPerBatch
+W_WAL = "memwal WAL-only (Spark defaults)"
+W_MEMT = "memwal MemTable (Spark defaults)"
 W_NOOP = "no-op DataSourceArrowWriter"
 W_PARQUET = "Spark parquet"
 R_MEMWAL = "spark.read memwal"
-R_CEIL = "minimal Python source, same files"
-R_INPROC = "memwal read_partition, no Spark"
-R_RAW1 = "pyarrow raw read, 1 process"
-R_RAW2 = "pyarrow raw read, 2 processes"
+R_CEIL = "in-memory Python source, same batches"
 R_PARQUET = "spark.read parquet"
+R_INPROC = "memwal read_partition, no Spark"
 
 
 # --- format "noop_arrow": the ceiling for any Python sink / source -------------
@@ -81,8 +82,8 @@ class NoopArrowWriter(DataSourceArrowWriter):
 
 
 @dataclass(frozen=True)
-class FilesPartition(InputPartition):
-    files: tuple[str, ...]
+class ShardPartition(InputPartition):
+    index: int
 
 
 def _wal_files(table: str) -> list[list[str]]:
@@ -91,20 +92,34 @@ def _wal_files(table: str) -> list[list[str]]:
     return [sorted(glob.glob(os.path.join(s, "*.arrow"))) for s in shards]
 
 
-class ArrowFilesReader(DataSourceReader):
-    """Yields the WAL files' batches (schema metadata dropped), one partition per shard."""
+# Per Python worker: {table path: one list of batches per shard}. Workers are reused
+# across tasks and jobs, so after warm-up every read is served from memory.
+_MEMORY: dict[str, list[list[pa.RecordBatch]]] = {}
+
+
+class MemoryReader(DataSourceReader):
+    """Yields the table's WAL batches from this worker's memory, one partition per shard.
+
+    The first read in a worker loads every shard (and appends a line to
+    ``<path>.loads``, so the benchmark can prove timed runs loaded nothing).
+    """
 
     def __init__(self, path: str, schema: pa.Schema):
         self.path, self.schema = path, schema
 
-    def partitions(self) -> list[FilesPartition]:
-        return [FilesPartition(tuple(f)) for f in _wal_files(self.path)]
+    def partitions(self) -> list[ShardPartition]:
+        return [ShardPartition(i) for i in range(len(_wal_files(self.path)))]
 
-    def read(self, partition: FilesPartition):
-        for name in partition.files:
-            with pa.OSFile(name) as src:
-                for b in pa.ipc.open_stream(src):
-                    yield pa.RecordBatch.from_arrays(b.columns, schema=self.schema)
+    def read(self, partition: ShardPartition):
+        shards = _MEMORY.get(self.path)
+        if shards is None:
+            shards = _MEMORY[self.path] = [
+                [pa.RecordBatch.from_arrays(b.columns, schema=self.schema)
+                 for name in files for b in pa.ipc.open_stream(pa.memory_map(name))]
+                for files in _wal_files(self.path)]
+            with open(self.path + ".loads", "a") as f:
+                f.write(f"{os.getpid()}\n")
+        yield from shards[partition.index]
 
 
 class NoopArrowSource(DataSource):
@@ -118,16 +133,16 @@ class NoopArrowSource(DataSource):
     def writer(self, schema, overwrite: bool) -> NoopArrowWriter:
         return NoopArrowWriter()
 
-    def reader(self, schema) -> ArrowFilesReader:
+    def reader(self, schema) -> MemoryReader:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return ArrowFilesReader(self.options["path"], to_arrow_schema(schema))
+        return MemoryReader(self.options["path"], to_arrow_schema(schema))
 
 
 # --- helpers ------------------------------------------------------------------
 
-def _session():
-    """local[2] SparkSession with memwal and noop_arrow registered."""
+def _session(**conf: str):
+    """local[2] SparkSession with memwal and noop_arrow registered (plus ``conf``)."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in path:  # workers import this module to run noop_arrow
@@ -137,7 +152,10 @@ def _session():
     spark = (SparkSession.builder.master("local[2]").appName("memwal-bench")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "2"))
+    for k, v in conf.items():
+        spark = spark.config(k, v)
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(MemWalDataSource)
     spark.dataSource.register(NoopArrowSource)
@@ -145,21 +163,34 @@ def _session():
 
 
 def _spark_config(spark, rows: int) -> dict[str, Any]:
-    batch = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
     return {"spark": spark.version, "master": spark.sparkContext.master, "rows": rows,
-            "partitions": PARTS, "arrow_max_records_per_batch": batch,
+            "partitions": PARTS,
             "schema": "id bigint (non-null), payload string (~38 B), score double",
             "cores_busy": "CPU seconds of driver + JVM + Python workers, / wall"}
 
 
-def _frame(spark, rows: int):
-    """The benchmark DataFrame, cached and materialised once (generation untimed)."""
-    df = spark.range(0, rows, numPartitions=PARTS).selectExpr(
+def _frame(spark, rows: int, parts: int = PARTS, cache: bool = True):
+    """The benchmark DataFrame; cached and materialised once (generation untimed)."""
+    df = spark.range(0, rows, numPartitions=parts).selectExpr(
         "id", f"concat(cast(id as string), '{SUFFIX}') as payload",
-        "cast(id as double) * 0.001 as score").cache()
-    if df.count() != rows:
-        raise RuntimeError("cached DataFrame lost rows")
+        "cast(id as double) * 0.001 as score")
+    if cache:
+        df = df.cache()
+        if df.count() != rows:
+            raise RuntimeError("cached DataFrame lost rows")
     return df
+
+
+def _python_tree() -> list:
+    """This process's descendant Python processes (the daemon and its workers)."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "python" in p.name():
+                out.append(p)
+    return out
 
 
 def _cpu_tree() -> float:
@@ -180,17 +211,6 @@ def _timed(fn) -> dict[str, Any]:
     return {"seconds": t.seconds, "cpu_s": _cpu_tree() - cpu0, **out}
 
 
-def _read_files(files: list[str]) -> tuple[int, int]:
-    """(rows, Arrow bytes) of IPC stream files, every batch read into memory."""
-    rows = nbytes = 0
-    for name in files:
-        with pa.OSFile(name) as src:
-            for b in pa.ipc.open_stream(src):
-                rows += b.num_rows
-                nbytes += b.get_total_buffer_size()
-    return rows, nbytes
-
-
 def _summarize_runs(runs, rows: int, nbytes: int) -> dict[str, Any]:
     comp = {}
     for name, rs in runs.items():
@@ -202,19 +222,20 @@ def _summarize_runs(runs, rows: int, nbytes: int) -> dict[str, Any]:
     return comp
 
 
-def _table(comp: dict[str, Any], ref: str, entries: bool) -> dict[str, Any]:
-    rows = [[n, f"{c['rows_s']['median'] / 1e6:.3g}", f"{c['mb_s']['median']:.4g}",
-             f"{c['seconds']['median']:.3g}",  # CPU ticks are 10 ms: no cores for short runs
-             f"{c['cores_busy']['median']:.2f}" if c["seconds"]["median"] > 0.2 else "-",
-             *([str(c["runs"][0].get("wal_entries", "-"))] if entries else []),
-             f"{ratio(c['rows_s']['median'], comp[ref]['rows_s']['median']):.3g}"]
-            for n, c in comp.items()]
-    return {"columns": ["competitor", "Mrows/s", "MB/s", "seconds", "cores busy",
-                        *(["WAL entries"] if entries else []), f"/ {ref}"], "rows": rows}
+def _speed_ratio(runs, a: str, b: str) -> dict[str, Any]:
+    """Per-repeat rows/s ratio ``a / b`` (equal rows, so the inverse time ratio)."""
+    return paired([x["seconds"] for x in runs[b]], [x["seconds"] for x in runs[a]])
 
 
-def _target(what: str, value: float, goal: float) -> dict[str, Any]:
-    return {"what": f"{what} >= {goal}", "value": f"{value:.3g}", "met": value >= goal}
+def _table_rows(comp: dict[str, Any], ref: str, label: str = "") -> list[list[str]]:
+    out = []
+    for n, c in comp.items():
+        r = paired([x["seconds"] for x in comp[ref]["runs"]], [x["seconds"] for x in c["runs"]])
+        out.append([*([label] if label else []), n, f"{c['rows_s']['median'] / 1e6:.3g}",
+                    f"{c['mb_s']['median']:.4g}", f"{c['seconds']['median']:.3g}",
+                    f"{c['cores_busy']['median']:.2f}" if c["seconds"]["median"] > 0.2 else "-",
+                    f"{r['median']:.3g} ({r['min']:.3g}..{r['max']:.3g})"])
+    return out
 
 
 def _bar_panel(ax, comp: dict[str, Any], key: str, scale: float, label: str) -> None:
@@ -233,9 +254,10 @@ def _bar_panel(ax, comp: dict[str, Any], key: str, scale: float, label: str) -> 
 # --- 1. Spark write ------------------------------------------------------------
 
 def bench_spark_write(ctx: BenchContext) -> dict[str, Any]:
-    rows = 200_000 if ctx.quick else 2_000_000
+    rows = ctx.pick(200_000, 2_000_000, 4_000_000)
     spark = _session()
     seen_bytes: list[int] = []
+    cases = []
     try:
         df = _frame(spark, rows)
         ctx.log(f"  spark_write: {rows:,} rows in {PARTS} partitions, cached")
@@ -265,145 +287,268 @@ def bench_spark_write(ctx: BenchContext) -> dict[str, Any]:
             rm_tree(root)
             return out
 
-        competitors = {
-            W_WAL: memwal("wal", enable_memtable="false"),
-            W_WAL_ND: memwal("walnd", enable_memtable="false", durable_write="false"),
-            W_MEMT: memwal("memt", enable_memtable="true", primary_key="id"),
-            W_MEMT_ND: memwal("memtnd", enable_memtable="true", primary_key="id",
-                              durable_write="false"),
-            W_NOOP: noop, W_PARQUET: parquet}
-        for name, fn in competitors.items():  # warm-up: Python workers, imports, JIT
-            ctx.log(f"  warm-up {name}: {fn(-1)['seconds']:.2f} s")
-        runs = interleaved(ctx.repeats, competitors)
+        competitors = {W_WAL: memwal("wal", enable_memtable="false"), W_NOOP: noop,
+                       W_PARQUET: parquet}
+        if ctx.full:
+            competitors[W_MEMT] = memwal("memt", enable_memtable="true", primary_key="id")
+        for batch_rows in BATCH_ROWS:
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+            for name, fn in competitors.items():  # warm-up: Python workers, imports, JIT
+                ctx.log(f"  {batch_rows:,}-row batches, warm-up {name}: "
+                        f"{fn(-1)['seconds']:.2f} s")
+            runs = interleaved(ctx.repeats, competitors)
+            cases.append({"batch_rows": batch_rows, "runs": runs})
         config = _spark_config(spark, rows)
     finally:
         spark.stop()
     nbytes = seen_bytes[0]
-    comp = _summarize_runs(runs, rows, nbytes)
-    med = {n: c["rows_s"]["median"] for n, c in comp.items()}
-    ratios = {"wal_only/noop": ratio(med[W_WAL], med[W_NOOP]),
-              "memtable/noop": ratio(med[W_MEMT], med[W_NOOP]),
-              "wal_only_nondurable/noop": ratio(med[W_WAL_ND], med[W_NOOP]),
-              "memtable_nondurable/noop": ratio(med[W_MEMT_ND], med[W_NOOP]),
-              "wal_only/parquet": ratio(med[W_WAL], med[W_PARQUET]),
-              "memtable/parquet": ratio(med[W_MEMT], med[W_PARQUET]),
-              "noop/parquet": ratio(med[W_NOOP], med[W_PARQUET])}
+    table_rows, targets = [], []
+    for c in cases:
+        runs, br = c.pop("runs"), c["batch_rows"]
+        c["competitors"] = _summarize_runs(runs, rows, nbytes)
+        c["ratios"] = {"wal_only/noop": _speed_ratio(runs, W_WAL, W_NOOP),
+                       "wal_only/parquet": _speed_ratio(runs, W_WAL, W_PARQUET),
+                       "noop/parquet": _speed_ratio(runs, W_NOOP, W_PARQUET)}
+        if W_MEMT in runs:
+            c["ratios"]["memtable/noop"] = _speed_ratio(runs, W_MEMT, W_NOOP)
+        table_rows += _table_rows(c["competitors"], W_NOOP, f"{br:,}")
+        targets += [
+            ratio_target(f"{br:,}-row batches: WAL-only / no-op Arrow writer rows/s",
+                         c["ratios"]["wal_only/noop"], 0.97),
+            ratio_target(f"{br:,}-row batches: WAL-only / Spark parquet rows/s",
+                         c["ratios"]["wal_only/parquet"], 1.0),
+            ratio_target(f"{br:,}-row batches: no-op Arrow writer / Spark parquet rows/s "
+                         "(the most any Python sink can reach)",
+                         c["ratios"]["noop/parquet"], None)]
     return {
         "name": "spark_write",
         "title": f"Spark df.write of {rows:,} rows: memwal vs no-op Python sink vs parquet",
-        "config": {**config, "arrow_bytes": nbytes, "MB": "10^6 Arrow bytes (memwal's count)",
+        "config": {**config, "arrow_bytes": nbytes, "batch_rows": list(BATCH_ROWS),
+                   "MB": "10^6 Arrow bytes (memwal's count)",
                    "timed": "df.write...save(path) wall (table creation, tasks, commit); fresh "
                             "path per repeat; one untimed warm-up write per competitor first",
-                   "memwal": "enable_memtable=false, or true with primary_key=id; defaults "
-                             "otherwise (durable_write=false rows are diagnostics)"},
-        "competitors": comp, "ratios": ratios, "table": _table(comp, W_NOOP, True),
-        "targets": [_target("WAL-only / no-op rows/s", ratios["wal_only/noop"], 0.9),
-                    _target("MemTable / no-op rows/s", ratios["memtable/noop"], 0.6)],
+                   "memwal": "enable_memtable=false and nothing else: Spark's defaults "
+                             "(durable_write=false: every row durable before the task's "
+                             "commit message; max_unflushed_memtable_bytes = 2 x buffer)"},
+        "cases": cases,
+        "table": {"columns": ["batch rows", "competitor", "Mrows/s", "MB/s", "seconds",
+                              "cores busy", f"/ {W_NOOP} (range)"], "rows": table_rows},
+        "targets": targets,
     }
 
 
 def plot_spark_write(result: dict[str, Any], machine: dict[str, Any]) -> None:
-    fig, (ax,) = new_figure(1, width=8.5, height=4.4)
-    comp = result["competitors"]
-    _bar_panel(ax, comp, "rows_s", 1e6, "Mrows/s")
-    noop = comp[W_NOOP]["rows_s"]["median"] / 1e6
-    for goal, color, who in ((0.9, "green", "WAL-only"), (0.6, "orange", "MemTable")):
-        ax.axvline(goal * noop, color=color, ls="--", lw=1, label=f"{goal} x no-op ({who})")
-    ax.legend(fontsize=7, loc="upper right")
+    cases = result["cases"]
+    fig, axes = new_figure(len(cases), width=6.5, height=4.0)
+    for ax, c in zip(axes, cases, strict=True):
+        _bar_panel(ax, c["competitors"], "rows_s", 1e6, "Mrows/s")
+        noop = c["competitors"][W_NOOP]["rows_s"]["median"] / 1e6
+        ax.axvline(0.97 * noop, color="green", ls="--", lw=1, label="0.97 x no-op (goal)")
+        ax.set_title(f"{c['batch_rows']:,}-row Arrow batches", fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
     save_figure(fig, "spark_write", result["title"], machine)
 
 
-# --- 2. WAL tail read ----------------------------------------------------------
+# --- 2. read -------------------------------------------------------------------
 
-def bench_tail_read(ctx: BenchContext) -> dict[str, Any]:
-    rows = 200_000 if ctx.quick else 2_000_000
-    root = ctx.scratch("tail_read")
+def bench_read(ctx: BenchContext) -> dict[str, Any]:
+    rows = ctx.pick(200_000, 2_000_000, 4_000_000)
+    root = ctx.scratch("read")
     table, pq = str(root / "t.lance"), str(root / "p")
     spark = _session()
-    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
     try:
         df = _frame(spark, rows)
         df.write.format("memwal").mode("append").option("enable_memtable", "false").save(table)
         df.write.parquet(pq)
         df.unpersist()
-        files = _wal_files(table)
-        flat = [f for fs in files for f in fs]
-        halves = [[f for fs in files[i::2] for f in fs] for i in range(2)]
-        raw_rows, nbytes = _read_files(flat)
-        wal_bytes = sum(os.path.getsize(f) for f in flat)
-        ctx.log(f"  tail_read: {rows:,} rows, {len(flat)} WAL entries in {len(files)} shards, "
-                f"{nbytes / MB:.0f} MB Arrow, {wal_bytes / MB:.0f} MB on disk")
-        seen = spark.read.format("memwal").load(table).count()
-        if not raw_rows == seen == rows:
-            raise RuntimeError(f"rows: raw {raw_rows}, memwal {seen}, expected {rows}")
+        flat = [f for fs in _wal_files(table) for f in fs]
+        nbytes = sum(b.get_total_buffer_size() for f in flat
+                     for b in pa.ipc.open_stream(pa.memory_map(f)))
+        ctx.log(f"  read: {rows:,} rows, {len(flat)} WAL entries, {nbytes / MB:.0f} MB Arrow")
+        if spark.read.format("memwal").load(table).count() != rows:
+            raise RuntimeError("memwal read lost rows")
 
         def spark_read(reader):
             def run(r: int) -> dict[str, Any]:
                 return _timed(lambda: reader().write.format("noop").mode("overwrite").save())
             return run
 
-        def inproc() -> dict[str, Any]:  # what the Spark tasks run, minus Spark
+        def inproc(r: int) -> dict[str, Any]:  # what the Spark tasks run, minus Spark
             opts = ReadOptions.parse({"path": table})
             schema = open_table(table).schema
-            return {"rows": sum(b.num_rows for p in plan_partitions(opts, LocalStore(table))
-                                for b in read_partition(opts, schema, p))}
+            return _timed(lambda: {"rows": sum(
+                b.num_rows for p in plan_partitions(opts, LocalStore(table))
+                for b in read_partition(opts, schema, p))})
 
         competitors = {
             R_MEMWAL: spark_read(lambda: spark.read.format("memwal").load(table)),
             R_CEIL: spark_read(lambda: spark.read.format("noop_arrow").load(table)),
             R_PARQUET: spark_read(lambda: spark.read.parquet(pq)),
-            R_INPROC: lambda r: _timed(inproc),
-            R_RAW1: lambda r: _timed(lambda: {"rows": _read_files(flat)[0]}),
-            R_RAW2: lambda r: _timed(lambda: {"rows": sum(
-                x[0] for x in pool.map(_read_files, halves))})}
-        for name, fn in competitors.items():  # warm-up: workers, pool processes, page cache
-            ctx.log(f"  warm-up {name}: {fn(-1)['seconds']:.2f} s")
+            R_INPROC: inproc}
+        for _ in range(2):  # warm-up: workers, their in-memory copies, the page cache
+            for name, fn in competitors.items():
+                ctx.log(f"  warm-up {name}: {fn(-1)['seconds']:.2f} s")
+        loads = _count_lines(table + ".loads")
         runs = interleaved(ctx.repeats, competitors)
-        for name in (R_INPROC, R_RAW1, R_RAW2):
-            if any(x["rows"] != rows for x in runs[name]):
-                raise RuntimeError(f"{name} did not see {rows} rows")
+        timed_loads = _count_lines(table + ".loads") - loads
+        if any(x["rows"] != rows for x in runs[R_INPROC]):
+            raise RuntimeError(f"{R_INPROC} did not see {rows} rows")
         config = _spark_config(spark, rows)
     finally:
-        pool.shutdown()
         spark.stop()
         rm_tree(root)
     comp = _summarize_runs(runs, rows, nbytes)
-    med = {n: c["rows_s"]["median"] for n, c in comp.items()}
-    ratios = {"memwal/raw_1proc": ratio(med[R_MEMWAL], med[R_RAW1]),
-              "memwal/raw_2proc": ratio(med[R_MEMWAL], med[R_RAW2]),
-              "memwal/parquet": ratio(med[R_MEMWAL], med[R_PARQUET]),
-              "memwal/python_source_ceiling": ratio(med[R_MEMWAL], med[R_CEIL]),
-              "python_source_ceiling/raw_1proc": ratio(med[R_CEIL], med[R_RAW1]),
-              "memwal_no_spark/raw_1proc": ratio(med[R_INPROC], med[R_RAW1])}
+    ratios = {"memwal/in_memory_source": _speed_ratio(runs, R_MEMWAL, R_CEIL),
+              "memwal/parquet": _speed_ratio(runs, R_MEMWAL, R_PARQUET),
+              "memwal_no_spark/in_memory_source": _speed_ratio(runs, R_INPROC, R_CEIL)}
     return {
-        "name": "tail_read",
-        "title": f"WAL tail read of {rows:,} rows: spark.read memwal vs raw pyarrow vs parquet",
-        "config": {**config, "shards": len(files), "wal_entries": len(flat),
-                   "arrow_bytes": nbytes, "wal_file_bytes": wal_bytes,
-                   "table": "memwal WAL-only, durable_write default; parquet of the same df",
+        "name": "read",
+        "title": f"spark.read of {rows:,} WAL rows vs a Python source serving them from memory",
+        "config": {**config, "wal_entries": len(flat), "arrow_bytes": nbytes,
+                   "table": "written by memwal WAL-only with Spark's defaults; parquet of the "
+                            "same DataFrame",
                    "spark_consumption": "<df>.write.format('noop').mode('overwrite').save()",
-                   "raw": "pa.OSFile + pa.ipc.open_stream of every _mem_wal/*/wal/*.arrow; "
-                          "2 processes: spawn pool (started in warm-up), shards in halves",
-                   "python_source_ceiling": "noop_arrow DataSourceReader: a partition per "
-                                            "shard yielding the files' batches",
-                   "memwal_no_spark": "plan_partitions + read_partition here, one thread",
-                   "warm_up": "one untimed run per competitor first (page cache hot)",
+                   "in_memory_source": "noop_arrow DataSourceReader: one partition per shard, "
+                                       "yielding the same Arrow batches from the Python "
+                                       "worker's memory (loaded once per worker in warm-up)",
+                   "in_memory_loads_during_timed_runs": timed_loads,
+                   "warm_up": "two untimed rounds of every competitor first",
                    "MB": "10^6 Arrow buffer bytes of the WAL files' batches"},
-        "competitors": comp, "ratios": ratios, "table": _table(comp, R_RAW1, False),
-        "targets": [_target("memwal / raw 1-process rows/s", ratios["memwal/raw_1proc"], 0.8),
-                    {"what": "memwal / parquet rows/s (reported, no target)",
-                     "value": f"{ratios['memwal/parquet']:.3g}", "met": None}],
+        "competitors": comp, "ratios": ratios,
+        "table": {"columns": ["competitor", "Mrows/s", "MB/s", "seconds", "cores busy",
+                              f"/ {R_CEIL} (range)"], "rows": _table_rows(comp, R_CEIL)},
+        "targets": [
+            ratio_target("spark.read memwal / in-memory Python source rows/s",
+                         ratios["memwal/in_memory_source"], 0.9),
+            ratio_target("spark.read memwal / spark.read parquet rows/s",
+                         ratios["memwal/parquet"], None),
+            {"what": "the in-memory source loaded nothing during timed runs",
+             "value": f"{timed_loads} loads", "met": timed_loads == 0}],
     }
 
 
-def plot_tail_read(result: dict[str, Any], machine: dict[str, Any]) -> None:
-    fig, axes = new_figure(2, width=6.0, height=4.2)
+def _count_lines(path: str) -> int:
+    try:
+        with open(path) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
+def plot_read(result: dict[str, Any], machine: dict[str, Any]) -> None:
+    fig, (ax,) = new_figure(1, width=8.0, height=4.0)
     comp = result["competitors"]
-    _bar_panel(axes[0], comp, "rows_s", 1e6, "Mrows/s, log scale")
-    _bar_panel(axes[1], comp, "mb_s", 1.0, "MB/s (Arrow bytes), log scale")
-    raw = comp[R_RAW1]["rows_s"]["median"] / 1e6
-    axes[0].axvline(0.8 * raw, color="green", ls="--", lw=1, label="target: 0.8 x raw 1-process")
-    axes[0].legend(fontsize=7, loc="lower right")
-    for ax in axes:
-        ax.set_xscale("log")
-    save_figure(fig, "tail_read", result["title"], machine)
+    _bar_panel(ax, comp, "rows_s", 1e6, "Mrows/s")
+    ceil = comp[R_CEIL]["rows_s"]["median"] / 1e6
+    ax.axvline(0.9 * ceil, color="green", ls="--", lw=1, label="0.9 x in-memory source (goal)")
+    ax.legend(fontsize=7, loc="lower right")
+    save_figure(fig, "read", result["title"], machine)
+
+
+# --- 3. peak RSS of a writing Python worker -------------------------------------
+
+BUFFER = 10 * MiB  # max_wal_buffer_size default
+RSS_LIMIT = 2 * BUFFER + 300 * MB
+
+
+class _RssSampler:
+    """Samples every 20 ms the RSS of the Python processes below this one that
+    did not exist when it started (the run's workers, not the daemon)."""
+
+    def __enter__(self) -> _RssSampler:
+        self.peak, self.start, self._stop = 0, None, threading.Event()
+        self._old = {p.pid for p in _python_tree()}
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for p in _python_tree():
+                if p.pid in self._old:
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    rss = p.memory_info().rss
+                    self.peak = max(self.peak, rss)
+                    if self.start is None:
+                        self.start = rss
+            time.sleep(0.02)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def bench_worker_rss(ctx: BenchContext) -> dict[str, Any]:
+    total = ctx.pick(64 * MB, 512 * MB, 2_000 * MB)
+    rows = total // ROW_BYTES
+    # A fresh worker per task, so each run's peak is its own (not a reused worker's).
+    spark = _session(**{"spark.python.worker.reuse": "false"})
+    try:
+        df = _frame(spark, rows, parts=1, cache=False)  # one task: one worker writes it all
+
+        def sampled(label: str, write):
+            def run(r: int) -> dict[str, Any]:
+                root = ctx.scratch(f"rss_{label}_{r}")
+                with _RssSampler() as s:
+                    out = _timed(lambda: write(str(root / "t.lance")))
+                rm_tree(root)
+                return {**out, "peak_rss": s.peak, "rss_before": s.start or 0}
+            return run
+
+        competitors = {
+            W_WAL: sampled("wal", lambda p: df.write.format("memwal").mode("append")
+                           .option("enable_memtable", "false").save(p)),
+            W_NOOP: sampled("noop", lambda p: df.write.format("noop_arrow").mode("append")
+                            .save())}
+        for name, fn in competitors.items():
+            ctx.log(f"  worker_rss: {total / MB:,.0f} MB in one task, warm-up {name}: "
+                    f"{fn(-1)['seconds']:.2f} s")
+        runs = interleaved(ctx.repeats, competitors)
+        config = _spark_config(spark, rows)
+    finally:
+        spark.stop()
+    comp = {}
+    for name, rs in runs.items():
+        comp[name] = {"peak_rss": summarize([x["peak_rss"] for x in rs]),
+                      "rss_before": summarize([x["rss_before"] for x in rs]),
+                      "seconds": summarize([x["seconds"] for x in rs]),
+                      "mb_s": summarize([total / x["seconds"] / MB for x in rs]), "runs": rs}
+    peak = comp[W_WAL]["peak_rss"]
+    extra = paired([x["peak_rss"] for x in runs[W_WAL]], [x["peak_rss"] for x in runs[W_NOOP]])
+    rows_table = [[n, f"{c['peak_rss']['median'] / MB:.0f}",
+                   f"{c['peak_rss']['min'] / MB:.0f}..{c['peak_rss']['max'] / MB:.0f}",
+                   f"{c['rss_before']['median'] / MB:.0f}", f"{c['mb_s']['median']:.0f}"]
+                  for n, c in comp.items()]
+    return {
+        "name": "worker_rss",
+        "title": f"Peak RSS of the Python worker writing {total / MB:,.0f} MB in one Spark task",
+        "config": {**config, "partitions": 1, "bytes": total, "limit_bytes": RSS_LIMIT,
+                   "limit": "2 x max_wal_buffer_size (10 MiB default) + 300 MB",
+                   "measure": "psutil RSS of the Python workers the run starts "
+                              "(spark.python.worker.reuse=false: one fresh worker per task), "
+                              "sampled every 20 ms; 'RSS before' is its first sample",
+                   "data": "spark.range(rows, numPartitions=1), not cached (the JVM makes "
+                           "the rows as the task consumes them)",
+                   "memwal": "enable_memtable=false and nothing else (Spark's defaults)"},
+        "competitors": comp,
+        "table": {"columns": ["writer", "peak RSS MB", "range", "RSS before MB", "MB/s"],
+                  "rows": rows_table},
+        "targets": [
+            {"what": f"memwal worker peak RSS <= {RSS_LIMIT / MB:.0f} MB",
+             "value": f"{peak['median'] / MB:.0f} MB (range {peak['min'] / MB:.0f}.."
+                      f"{peak['max'] / MB:.0f}, {peak['n']} repeats)",
+             "met": peak["median"] <= RSS_LIMIT},
+            ratio_target("memwal / no-op worker peak RSS", extra, None)],
+    }
+
+
+def plot_worker_rss(result: dict[str, Any], machine: dict[str, Any]) -> None:
+    fig, (ax,) = new_figure(1, width=7.0, height=3.6)
+    comp = {n: {"peak_rss": c["peak_rss"]} for n, c in result["competitors"].items()}
+    _bar_panel(ax, comp, "peak_rss", MB, "peak RSS, MB")
+    ax.axvline(RSS_LIMIT / MB, color="red", ls="--", lw=1, label="limit (goal)")
+    ax.legend(fontsize=7, loc="lower right")
+    save_figure(fig, "worker_rss", result["title"], machine)

@@ -100,7 +100,8 @@ TAIL = "MemWalTable.committed_tail()"
 VISIBLE = "CommitLog.visible()"
 TXN = "CommitLog.committed_txn()"
 OPS = (TAIL, VISIBLE, TXN)
-PLAN_SIZES = {"local": (10, 1_000, 10_000), "s3": (10, 300, 1_000)}
+PLAN_SIZES = {"local": (10, 1_000, 10_000), "s3": (10, 300, 1_000)}  # --full
+PLAN_SIZES_DEFAULT = {"local": (10, 1_000, 3_000), "s3": (10, 300)}
 PLAN_SIZES_QUICK = {"local": (10, 100, 300), "s3": (10, 100)}
 FLAT = 2.0  # "flat": the largest log costs at most this many times the smallest
 
@@ -253,7 +254,7 @@ def _plan_case(ctx: BenchContext, backend: str, root: str, opts: dict[str, str],
 def bench_table_plan(ctx: BenchContext) -> dict[str, Any]:
     from tests.s3_server import start_s3_server
 
-    sizes = PLAN_SIZES_QUICK if ctx.quick else PLAN_SIZES
+    sizes = ctx.pick(PLAN_SIZES_QUICK, PLAN_SIZES_DEFAULT, PLAN_SIZES)
     cases = []
     local_root = ctx.scratch("plan_local")
     for n in sizes["local"]:
@@ -400,7 +401,8 @@ COMPACTION = "compaction"
 RECORDS = 20
 SHARDS = 4
 BATCH_ROWS = 10_000
-COMPACT_SIZES = (200_000, 1_000_000, 5_000_000)
+COMPACT_SIZES = (200_000, 1_000_000, 5_000_000)  # --full
+COMPACT_SIZES_DEFAULT = (200_000, 1_000_000)
 COMPACT_SIZES_QUICK = (20_000, 100_000)
 C_COMPACT = "compact(MemWalTable)"
 C_PHASES = "read WAL + dedup (compact's first phases)"
@@ -591,7 +593,7 @@ def _compaction_case(ctx: BenchContext, n: int) -> dict[str, Any]:
 
 
 def bench_compaction(ctx: BenchContext) -> dict[str, Any]:
-    sizes = COMPACT_SIZES_QUICK if ctx.quick else COMPACT_SIZES
+    sizes = ctx.pick(COMPACT_SIZES_QUICK, COMPACT_SIZES_DEFAULT, COMPACT_SIZES)
     cases = [_compaction_case(ctx, n) for n in sizes]
     rows = []
     for c in cases:

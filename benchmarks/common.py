@@ -119,6 +119,23 @@ def ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
+def paired(num: Sequence[float], den: Sequence[float]) -> dict[str, Any]:
+    """Summary of per-repeat ratios ``num[r] / den[r]`` (same-repeat pairs, so slow
+    drift on a loaded machine cancels); its median is the headline ratio."""
+    return summarize([ratio(a, b) for a, b in zip(num, den, strict=True)])
+
+
+def ratio_target(what: str, r: dict[str, Any], goal: float | None,
+                 at_most: bool = False) -> dict[str, Any]:
+    """A goal on a ratio summarised by :func:`paired`: met by its median."""
+    value = f"{r['median']:.3g} (range {r['min']:.3g}..{r['max']:.3g}, {r['n']} repeats)"
+    if goal is None:
+        return {"what": f"{what} (reported, no goal)", "value": value, "met": None, "ratio": r}
+    met = r["median"] <= goal if at_most else r["median"] >= goal
+    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "met": met,
+            "ratio": r, "goal": goal}
+
+
 def interleaved(
     repeats: int, competitors: dict[str, Callable[[int], dict[str, Any]]]
 ) -> dict[str, list[dict[str, Any]]]:
@@ -304,6 +321,16 @@ class BenchContext:
     machine: dict[str, Any]
     log: Callable[[str], None] = print
     extra: dict[str, Any] = field(default_factory=dict)
+    full: bool = False  # the issue's sizes (--full); the default finishes in minutes
+
+    @property
+    def scale(self) -> str:
+        """``quick`` (smoke run), ``default`` or ``full``."""
+        return "quick" if self.quick else "full" if self.full else "default"
+
+    def pick(self, quick: Any, default: Any, full: Any) -> Any:
+        """The size for this run's scale."""
+        return {"quick": quick, "default": default, "full": full}[self.scale]
 
     def scratch(self, name: str) -> Path:
         """A fresh, empty directory under the work dir."""

@@ -1,10 +1,15 @@
-"""Run the benchmarks: ``python -m benchmarks.run [--only NAME ...] [--quick]``.
+"""Run the benchmarks: ``python -m benchmarks.run [--only NAME ...] [--quick | --full]``.
 
-Writes ``benchmarks/results/<name>.json`` and ``<name>.png`` per benchmark and
+Each competitor runs alternated with ours, 5 times by default; every goal is a
+ratio of per-repeat pairs, reported as median and range. Writes
+``benchmarks/results/<name>.json`` and ``<name>.png`` per benchmark and
 regenerates ``benchmarks/results/summary.md`` from every JSON present (so
-``--only`` refreshes one section and keeps the others). ``--quick`` writes to
-``benchmarks/results/quick/`` instead. Every output names the
-machine it ran on. Nothing here asserts speed.
+``--only`` refreshes one section and keeps the others), with a table of every
+goal first. Three scales: the default (about 10 minutes in all on 2 cores),
+``--full`` (the issue's sizes: 2 GB through one Spark worker, 256 MiB per
+writer run, 5M-row compactions; about three times longer) and ``--quick`` (a
+smoke run, 2 repeats, written to ``benchmarks/results/quick/``). Every output
+names the machine it ran on and the load average. Nothing here asserts speed.
 """
 
 from __future__ import annotations
@@ -47,13 +52,13 @@ Bench = tuple[Callable[[BenchContext], dict[str, Any]], Callable[[dict, dict], N
 BENCHMARKS: dict[str, Bench] = {
     "throughput": (bench_writer.bench_throughput, bench_writer.plot_throughput),
     "durable_latency": (bench_writer.bench_durable_latency, bench_writer.plot_durable_latency),
-    "peak_rss": (bench_writer.bench_peak_rss, bench_writer.plot_peak_rss),
     "s3_conditional_put": (bench_s3.bench_s3_conditional_put,
                            bench_s3.plot_s3_conditional_put),
     "s3_client_cpu": (bench_s3_client.bench_s3_client_cpu, bench_s3_client.plot_s3_client_cpu),
     "replay": (bench_replay.bench_replay, bench_replay.plot_replay),
     "spark_write": (bench_spark.bench_spark_write, bench_spark.plot_spark_write),
-    "tail_read": (bench_spark.bench_tail_read, bench_spark.plot_tail_read),
+    "read": (bench_spark.bench_read, bench_spark.plot_read),
+    "worker_rss": (bench_spark.bench_worker_rss, bench_spark.plot_worker_rss),
     "table_plan": (bench_table.bench_table_plan, bench_table.plot_table_plan),
     "compaction": (bench_table.bench_compaction, bench_table.plot_compaction),
 }
@@ -64,8 +69,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", action="append", choices=list(BENCHMARKS), metavar="NAME",
                    help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes and 2 repeats: a smoke run, not a measurement")
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--quick", action="store_true",
+                       help="small sizes and 2 repeats: a smoke run, not a measurement")
+    scale.add_argument("--full", action="store_true",
+                       help="the issue's sizes (2 GB through a Spark worker, ...): ~30 min")
     p.add_argument("--repeats", type=int, default=None,
                    help="repeats per competitor (default 5; 2 with --quick)")
     p.add_argument("--workdir", default=None,
@@ -111,6 +119,32 @@ def _md_table(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _mode(r: dict[str, Any]) -> str:
+    scale = r.get("scale") or ("quick" if r.get("quick") else "full")
+    return "quick (smoke run, not a measurement)" if scale == "quick" else scale
+
+
+def _load(r: dict[str, Any]) -> str:
+    c = r.get("contention") or {}
+    if not c:
+        return "?"
+    busy = " (loaded)" if c["cpu_others_frac"] > 0.1 else ""
+    return f"{c['loadavg_start'][0]:.1f} -> {c['loadavg_end'][0]:.1f}{busy}"
+
+
+def _goals_table(found: dict[str, dict[str, Any]]) -> str:
+    """Every goal of every benchmark: the ratio's median and range, and the load."""
+    table = {"columns": ["benchmark", "goal", "median (range)", "verdict", "run", "load avg"],
+             "rows": []}
+    for name, r in found.items():
+        for t in r.get("targets", []):
+            if t["met"] is None:
+                continue
+            table["rows"].append([name, t["what"], t["value"], verdict(t["met"]), _mode(r),
+                                  _load(r)])
+    return _md_table(table)
+
+
 def write_summary(results_dir: Path) -> Path:
     """summary.md from every <name>.json in ``results_dir``, in registry order."""
     found = {}
@@ -125,9 +159,9 @@ def write_summary(results_dir: Path) -> Path:
     machines = {machine_line(r["machine"]) for r in found.values() if "machine" in r}
     for m in sorted(machines):
         out.append(f"Machine: {m}")
-    out.append("")
+    out += ["", "## Goals", "", _goals_table(found), ""]
     for name, r in found.items():
-        mode = "quick (smoke run, not a measurement)" if r.get("quick") else "full"
+        mode = _mode(r)
         disk = r.get("machine", {}).get("disk", {})
         out += [f"## {name}: {r.get('title', '')}", "",
                 f"Run {r.get('finished_at', '?')} ({mode}), {r.get('repeats', '?')} repeats, "
@@ -164,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{machine['disk'].get('device')}); repeats: {repeats}; "
           f"{'QUICK smoke run' if args.quick else 'full run'}", flush=True)
     ctx = BenchContext(workdir=workdir, quick=args.quick, repeats=repeats, machine=machine,
-                       log=lambda s: print(s, flush=True))
+                       log=lambda s: print(s, flush=True), full=args.full)
     failed = []
     t_all = time.perf_counter()
     try:
@@ -182,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {contention_line(cpu.result)}".replace("**", ""), flush=True)
             result.update({
                 "contention": cpu.result,
-                "machine": machine, "quick": args.quick, "repeats": repeats,
+                "machine": machine, "quick": args.quick, "scale": ctx.scale,
+                "repeats": repeats,
                 "duration_s": time.perf_counter() - t0,
                 "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "argv": sys.argv[1:] if argv is None else argv,
