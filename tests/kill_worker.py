@@ -26,8 +26,10 @@ ROWS = 10
 def main() -> None:
     uri, shard, start, puts, app, version = sys.argv[1:7]
     opts = json.loads(os.environ.get("MEMWAL_STORAGE_OPTIONS", "{}"))
-    config = ShardWriterConfig(enable_memtable=False, durable_write=True,
-                               max_wal_flush_interval_ms=1)
+    # MEMWAL_DURABLE_WRITE=false: puts are not promises then, only the commit is.
+    config = ShardWriterConfig(
+        enable_memtable=False, max_wal_flush_interval_ms=1,
+        durable_write=os.environ.get("MEMWAL_DURABLE_WRITE", "true") == "true")
     first = int(start)
     with open_shard_writer(uri, shard, SCHEMA, config, opts) as writer:
         for i in range(int(puts)):

@@ -640,3 +640,31 @@ def test_fsyncs_cost_what_durability_needs(location, monkeypatch, durable):
         flushed = entries[:4]
         assert set(flushed) <= set(after_flush)  # flush() made the first puts durable
         assert wal_dir in after_flush[after_flush.index(flushed[-1]):]
+
+
+@pytest.mark.parametrize("backend", ["local"])
+@pytest.mark.parametrize("point", ["append.after:1", "writer.closed:1", "commit.before:1",
+                                   "commit.after:1"])
+def test_without_durable_write_no_committed_row_is_lost_to_kill_9(location, tmp_path,
+                                                                    monkeypatch, point):
+    """durable_write=false: a put promises nothing, the commit record everything. Killed
+    anywhere, the table holds every row of the job once if its record exists, none
+    otherwise; the re-run commits exactly once."""
+    import signal
+
+    from tests.kill_worker import ROWS as JOB_ROWS
+    from tests.test_crash_points import PUTS, run_job
+    from tests.test_s3_faults import committed_ids
+
+    uri, opts = location
+    monkeypatch.setenv("MEMWAL_DURABLE_WRITE", "false")
+    shard = new_shard()
+    everything = list(range(PUTS * JOB_ROWS))
+    proc, _, err = run_job(uri, opts, shard, point, tmp_path)
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}: {err[-2000:]}"
+    recorded = point == "commit.after:1"
+    assert committed_ids(uri, opts) == (everything if recorded else [])
+    proc2, _, err2 = run_job(uri, opts, shard, None, tmp_path)
+    assert proc2.returncode == 0, err2[-2000:]
+    assert ("duplicate" if recorded else "committed") in proc2.stdout
+    assert committed_ids(uri, opts) == everything
