@@ -92,7 +92,8 @@ class Crash(Exception):
 @pytest.mark.parametrize("backend", ["local"])
 @pytest.mark.parametrize("point", ["compact.intent", "compact.before_commit",
                                    "compact.after_commit"])
-def test_spark_compaction_job_crash_between_steps_then_rerun(spark, spark_location, point):
+def test_spark_compaction_job_crash_between_steps_then_rerun(spark, spark_location, point,
+                                                              caplog):
     from memwal_datasource import hooks
     from memwal_datasource.spark import compact as spark_compact
 
@@ -109,7 +110,12 @@ def test_spark_compaction_job_crash_between_steps_then_rerun(spark, spark_locati
             spark_compact(spark, uri, storage, max_records_per_round=2)
     finally:
         hooks.clear()
+    caplog.set_level("INFO", logger="memwal_datasource")
     summary = spark_compact(spark, uri, storage, max_records_per_round=2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("memwal spark compaction round 2: ") and " task(s) read " in m
+               for m in lines), lines  # a progress line per round
+    assert any(" committed here), " in m and " rows merged" in m for m in lines)  # summary
     # Round 1 was left as an intent (or committed, after_commit): the re-run finishes it.
     assert [r.number for r in summary.rounds] == ([2] if point == "compact.after_commit"
                                                   else [1, 2])
