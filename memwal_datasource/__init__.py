@@ -7,6 +7,9 @@ core and the CLI stay light.
 
 from __future__ import annotations
 
+# Loaded before ``def compact`` below: importing a submodule the first time binds its
+# name on the package, which would replace the function with the module.
+from . import compact as _compact_module  # noqa: F401
 from .config import ShardWriterConfig
 from .errors import ConfigError, Fenced, MemWalError, ShardSealedError, WriterPoisoned
 from .table import MemWalTable, read_table
