@@ -30,8 +30,13 @@ append, but one that carries the compare-and-set. A plain Lance append has
 no conflict guard (two appends from one stale version both commit), and
 ``merge_insert`` is the only Lance commit that checks the mark; the keys are
 also deterministic, so even a merge re-run against a version that already
-holds round ``R`` would match every row and insert none. Our readers hide
-the column (``data_schema``); a Lance reader sees it as a nullable column.
+holds round ``R`` would match every row and insert none. Our readers and
+writers hide the column (``data_schema``, ``without_row_key``); a Lance reader
+sees it as a nullable column. MemTable mode needs a primary key, so pylance's
+native writer (which puts the base table's full schema) never meets it.
+No design without a visible column was found: ``merge_insert`` cannot key on
+``_rowid``, pylance's ``LanceOperation.Update`` carries no mark, and
+``execute_uncommitted()`` + ``commit()`` drops it.
 
 Why it is exactly once: a round's rows are a pure function of immutable
 records and entries, fixed by its intent; Lance accepts the mark ``R`` only
@@ -44,7 +49,6 @@ compactor that wakes up after another one committed its round gets Lance's
 The pieces (:func:`next_round`, :func:`round_ranges`, :func:`fold_rows`,
 :func:`commit_round`) are public so that :mod:`memwal_datasource.spark.compact`
 can read a round's WAL entries in Spark tasks and commit on the driver.
-
 """
 
 from __future__ import annotations
