@@ -220,7 +220,8 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     incoming = table_schema_for(spark_schema)
     _check_store(opts.path, opts.storage)
     if table_exists(opts.path, opts.storage):
-        table = open_table(opts.path, opts.storage).schema
+        # Compaction's hidden key (tables without a primary key) is never written.
+        table = without_row_key(open_table(opts.path, opts.storage).schema)
         problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table))
         if problem:
             raise ConfigError(f"DataFrame does not match the table at {opts.path}: {problem}")
@@ -228,7 +229,7 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
         if opts.primary_key and opts.primary_key != existing_pk:
             raise ConfigError(f"option 'primary_key' is {list(opts.primary_key)} but the table at "
                               f"{opts.path} has primary key {list(existing_pk)}")
-        return without_row_key(table)  # compaction's hidden key is not written
+        return table
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
     return sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,

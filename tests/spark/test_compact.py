@@ -167,3 +167,29 @@ def test_spark_compaction_job_against_a_stalled_core_compactor(spark, spark_loca
         hooks.clear()
     assert [r.committed for r in out["s"].rounds] == [False]
     assert base(uri, storage) == want
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_zoned_timestamps_still_write_after_the_row_key_is_added(spark, spark_location):
+    """The writer's schema check aligns zoned timestamps against the table's columns
+    without the hidden key (Spark hands them over in the session's zone)."""
+    uri, opts = spark_location
+    storage = {k[len("storage."):]: v for k, v in opts.items()}
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        def write(lo, hi):
+            df = spark.range(lo, hi, numPartitions=2).selectExpr(
+                "id", "timestamp'2024-03-10 01:30:00' + make_interval(0, 0, 0, 0, id) as ts")
+            df.write.format("memwal").mode("append").option("enable_memtable", "false") \
+                .options(**opts).save(uri)
+
+        write(0, 4)
+        assert compact(uri, storage).rows == 4
+        write(4, 8)  # the table now has the hidden key
+        assert compact(uri, storage).rows == 4
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    got = read_table(uri, storage)
+    assert got.column_names == ["id", "ts"] and sorted(got.column("id").to_pylist()) == \
+        list(range(8))
