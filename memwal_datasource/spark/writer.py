@@ -76,6 +76,14 @@ class ShardResult:
     sstables: list[str] = field(default_factory=list)
     value: str = ""  # the sharding value, for messages
 
+    def committed_range(self, partition_id: int, attempt: int) -> CommittedRange | None:
+        """The range to list in the commit record (None if nothing was written)."""
+        if self.first_position is None:
+            return None
+        return CommittedRange(self.shard_id, self.epoch, self.first_position,
+                              self.last_position or self.first_position, self.rows, self.bytes,
+                              partition_id, attempt, tuple(self.sstables))
+
 
 @dataclass
 class MemWalCommitMessage(WriterCommitMessage):
@@ -104,21 +112,17 @@ class MemWalCommitMessage(WriterCommitMessage):
 
     def committed_range(self) -> CommittedRange | None:
         """The range to list in the commit record (None for an empty task)."""
-        if self.shard_id is None or self.first_position is None:
+        if self.shard_id is None:
             return None
-        return CommittedRange(self.shard_id, self.epoch, self.first_position,
-                              self.last_position or self.first_position, self.rows, self.bytes,
-                              self.partition_id, self.attempt, tuple(self.sstables))
+        return ShardResult(self.shard_id, self.epoch, self.first_position, self.last_position,
+                           self.rows, self.bytes, self.wal_entries, self.sstables
+                           ).committed_range(self.partition_id, self.attempt)
 
     def committed_ranges(self) -> list[CommittedRange]:
         """Every range this task wrote (one per shard)."""
-        if not self.shards:
-            one = self.committed_range()
-            return [one] if one is not None else []
-        return [CommittedRange(s.shard_id, s.epoch, s.first_position,
-                               s.last_position or s.first_position, s.rows, s.bytes,
-                               self.partition_id, self.attempt, tuple(s.sstables))
-                for s in self.shards if s.first_position is not None]
+        ranges = ([s.committed_range(self.partition_id, self.attempt) for s in self.shards]
+                  if self.shards else [self.committed_range()])
+        return [r for r in ranges if r is not None]
 
 
 def _open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,

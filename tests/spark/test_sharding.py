@@ -10,11 +10,12 @@ from lance.mem_wal import LsmScanner, ShardSnapshot
 from pyspark.sql.functions import spark_partition_id
 
 from memwal_datasource.commit import CommitLog
+from memwal_datasource.compact import compact
 from memwal_datasource.manifest import ManifestStore, list_shards
 from memwal_datasource.sharding import table_sharding
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.store import open_store
-from memwal_datasource.table import read_table
+from memwal_datasource.table import MemWalTable, read_table
 from memwal_datasource.wal import WalTailer
 from tests.spark.test_writer import read, write
 
@@ -111,6 +112,10 @@ def test_bucketed_pk_job_upserts_and_deletes_read_once_newest(spark, tmp_path):
     for shard in list_shards(open_store(uri)):
         ds.mem_wal_writer(shard).close()
     assert lsm_rows(uri) == live
+    # Compaction folds the newest row of each key (and the deletes) into the base table.
+    compact(MemWalTable(uri))
+    base = lance.dataset(uri).to_table(columns=["id", "v"]).to_pylist()
+    assert {r["id"]: r["v"] for r in base} == live and len(base) == 250
 
 
 def test_one_value_in_two_tasks_is_refused_with_the_fix(spark, tmp_path):

@@ -205,3 +205,48 @@ def test_sql_temporary_view_reads(spark, spark_location):
     write(frame(spark, 0, 30, 1), uri, opts, enable_memtable="false")
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW memwal_view USING memwal OPTIONS (path '{uri}')")
     assert spark.sql("SELECT count(*) AS n FROM memwal_view").collect()[0].n == 30
+
+
+def test_identity_sharded_upserts_deletes_and_the_driver_check_without_spark(tmp_path):
+    """write_task and commit called directly (as Spark would): rows route by a non-key
+    identity column, deletes carry key + sharding column, and a commit whose messages
+    name one shard from two partitions is refused before any record is written."""
+    import dataclasses
+
+    from memwal_datasource import sharding
+    from memwal_datasource.table import read_table
+
+    uri = str(tmp_path / "t.lance")
+    schema = pa.schema([("id", pa.int64()), ("tenant", pa.string()), ("v", pa.string())])
+    table = sharding.create_table(uri, schema, ["id"], {},
+                                  sharding.ShardingRequest(identity_column="tenant")).schema
+    opts = WriteOptions.parse({"path": uri, "enable_memtable": "false"})
+    writer = MemWalBatchWriter(opts, table, overwrite=False)
+
+    def rows(ids, tenant, v):
+        return pa.record_batch([pa.array(ids, pa.int64()), pa.array([tenant] * len(ids)),
+                                pa.array([v] * len(ids))], schema=schema)
+
+    first = write_task(writer.opts, table, iter([rows([1, 2], "a", "x"), rows([3], "b", "x"),
+                                                 rows([1], "a", "y")]))
+    assert {s.value for s in first.shards} == {"'a'", "'b'"}
+    writer.commit([first])
+    assert sorted(read_table(uri).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "tenant": "a", "v": "y"}, {"id": 2, "tenant": "a", "v": "x"},
+        {"id": 3, "tenant": "b", "v": "x"}]
+
+    dopts = WriteOptions.parse({"path": uri, "operation": "delete"})
+    deleter = MemWalBatchWriter(dopts, table, overwrite=False)
+    keys = pa.record_batch([pa.array([2, 3], pa.int64()), pa.array(["a", "b"])],
+                           names=["id", "tenant"])
+    deleter.commit([write_task(deleter.opts, table, iter([keys]))])
+    assert read_table(uri).to_pylist() == [{"id": 1, "tenant": "a", "v": "y"}]
+
+    records = len(list(CommitLog(open_store(uri, {})).records()))
+    one = write_task(writer.opts, table, iter([rows([7], "a", "z")]))
+    other = dataclasses.replace(write_task(writer.opts, table, iter([rows([8], "a", "z")])),
+                                partition_id=1)
+    with pytest.raises(sharding.ShardConflict, match="partitions \\[0, 1\\].*partition_for_table"):
+        writer.commit([one, other])
+    assert len(list(CommitLog(open_store(uri, {})).records())) == records
+    assert read_table(uri).to_pylist() == [{"id": 1, "tenant": "a", "v": "y"}]
