@@ -34,7 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import StoreAuthError, StoreError, StoreNotFoundError, TransientStoreError
-from .options import S3Options
+from .options import S3Options, scrub, scrub_url
 
 _LOCK = threading.Lock()
 _BOTO3: dict[tuple[int, S3Options, bool], Any] = {}
@@ -76,16 +76,21 @@ def boto3_client(options: S3Options, conditional: bool) -> Any:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        # Credentials left as None fall through to the standard AWS chain.
-        client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=options.endpoint,
-            region_name=options.region,
-            aws_access_key_id=options.access_key_id,
-            aws_secret_access_key=options.secret_access_key,
-            aws_session_token=options.session_token,
-            config=config,
-        )
+        try:
+            # Credentials left as None fall through to the standard AWS chain.
+            client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=options.endpoint,
+                region_name=options.region,
+                aws_access_key_id=options.access_key_id,
+                aws_secret_access_key=options.secret_access_key,
+                aws_session_token=options.session_token,
+                config=config,
+            )
+        except Exception as exc:  # noqa: BLE001 - a configuration error, credentials scrubbed
+            raise StoreError(f"cannot configure the S3 client for endpoint "
+                             f"{scrub_url(options.endpoint or 'the default AWS endpoint')}: "
+                             f"{type(exc).__name__}: {_first_line(exc, options)}") from None
         _BOTO3[key] = client
         return client
 
@@ -146,9 +151,9 @@ def _new_obstore(options: S3Options, bucket: str, conditional: bool) -> Any:
     try:
         return ObS3Store(bucket, config=config, client_options=client_options,
                          retry_config=retry, credential_provider=provider)
-    except Exception as exc:  # noqa: BLE001 - a configuration error, named without values
+    except Exception as exc:  # noqa: BLE001 - a configuration error, credentials scrubbed
         raise StoreError(f"cannot configure the S3 client for bucket '{bucket}': "
-                         f"{type(exc).__name__}: {_first_line(exc)}") from None
+                         f"{type(exc).__name__}: {_first_line(exc, options)}") from None
 
 
 def _boto3_credentials() -> Any:
@@ -215,5 +220,6 @@ def obstore_error(exc: BaseException, *, where: str, bucket: str, endpoint: str,
     return StoreError(f"S3 error on {where}: {code} (HTTP {status})")
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).split("\n", 1)[0][:300]
+def _first_line(exc: BaseException, options: S3Options) -> str:
+    """The start of an SDK's message, without any credential it may quote."""
+    return scrub(str(exc), options.secret_values()).split("\n", 1)[0][:300]

@@ -38,7 +38,7 @@ from .errors import (
     TransientStoreError,
     UnsupportedStoreError,
 )
-from .options import S3Options
+from .options import S3Options, scrub_url
 
 SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "memory")
 
@@ -337,6 +337,9 @@ class S3Store(ObjectStore):
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._obstores: dict[bool, tuple[int, object]] = {}  # conditional -> (pid, store)
 
+    def __repr__(self) -> str:
+        return f"S3Store(uri='{self.uri}', options={self.options!r})"
+
     @property
     def _client(self):
         """The boto3 client for listings, deletes, the bucket check (and reads after fork)."""
@@ -402,7 +405,8 @@ class S3Store(ObjectStore):
         raise exc
 
     def _endpoint_name(self) -> str:
-        return self.options.endpoint or "the default AWS endpoint"
+        endpoint = self.options.endpoint
+        return scrub_url(endpoint) if endpoint else "the default AWS endpoint"
 
     def put_if_absent(self, key: str, data: BytesLike) -> None:
         view = byte_view(data)
@@ -583,11 +587,15 @@ def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> Ob
     if scheme == "memory":
         return MemoryStore(parsed.netloc + parsed.path)
     if scheme in ("s3", "s3a"):
+        if "@" in parsed.netloc:  # the URI itself is not echoed: its user part is a credential
+            raise StoreError(f"the S3 URI for bucket '{parsed.netloc.rsplit('@', 1)[1]}' "
+                             "carries credentials (user@ or user:password@); give them as "
+                             "storage options (aws_access_key_id, aws_secret_access_key)")
         if not parsed.netloc:
             raise StoreError(f"S3 URI '{uri}' has no bucket (expected s3://bucket/path)")
         return S3Store(parsed.netloc, parsed.path, S3Options.from_storage_options(storage_options))
     raise UnsupportedStoreError(
-        f"unsupported storage scheme '{scheme}://' in '{uri}': the MemWAL needs conditional "
-        "writes (put-if-absent) for writer fencing, and this package supports only local "
-        "paths, file://, s3:// and memory://"
+        f"unsupported storage scheme '{scheme}://' in '{scrub_url(uri)}': the MemWAL needs "
+        "conditional writes (put-if-absent) for writer fencing, and this package supports "
+        "only local paths, file://, s3:// and memory://"
     )
