@@ -48,37 +48,39 @@ OUR_KEYS = frozenset({S3_MAX_ATTEMPTS, S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT})
 # Every storage option name Lance (pylance 14, object_store 0.12 via obstore, and
 # Lance's OpenDAL stores) accepts whose value is a credential, lower-case. Keys
 # match case-insensitively, with or without Spark's ``storage.`` prefix, so the
-# environment spellings (AWS_SECRET_ACCESS_KEY, ...) are covered too. Access key
-# ids (aws_access_key_id, client_id, cos_secret_id) are identifiers, not secrets,
-# but they name the account and principal and credential scanners flag them:
-# they are redacted too; messages name the option to check instead.
+# environment spellings (AWS_SECRET_ACCESS_KEY, ...) are covered too.
 SECRET_KEYS = frozenset({
     # AWS (object_store's AmazonS3ConfigKey and its aliases)
-    "aws_access_key_id", "access_key_id",
     "aws_secret_access_key", "secret_access_key",
     "aws_session_token", "aws_token", "session_token", "token",
     "aws_sse_customer_key_base64", "sse_customer_key_base64",
     # Azure (AzureConfigKey)
     "azure_storage_account_key", "azure_storage_access_key", "azure_storage_master_key",
     "account_key", "access_key", "master_key",
-    "azure_storage_client_id", "azure_client_id", "client_id",
     "azure_storage_client_secret", "azure_client_secret", "client_secret",
     "azure_storage_sas_key", "azure_storage_sas_token", "sas_key", "sas_token",
     "azure_storage_token", "bearer_token",
     "azure_encryption_key", "encryption_key",
     "azure_fabric_session_token", "fabric_session_token",
-    # Google Cloud Storage (GoogleConfigKey, and Lance's static bearer token)
+    # Google Cloud Storage (GoogleConfigKey, and Lance's static bearer token); the
+    # application-credentials file path is treated as one too (the safe default)
     "google_service_account_key", "service_account_key",
     "google_application_credentials", "application_credentials",
     "google_bearer_token", "google_storage_token",
     # Lance's OpenDAL stores: Alibaba OSS, Volcengine TOS, Tencent COS; Hugging Face
-    "oss_access_key_id", "oss_secret_access_key", "oss_security_token",
-    "access_key_secret", "security_token",
-    "tos_access_key_id", "tos_secret_access_key", "tos_security_token",
-    "cos_secret_id", "cos_secret_key", "secret_key",
+    "oss_secret_access_key", "oss_security_token", "access_key_secret", "security_token",
+    "tos_secret_access_key", "tos_security_token",
+    "cos_secret_key", "secret_key",
     "hf_token",
     # Generic names people reach for (and LanceDB's)
     "password", "api_key",
+})
+# Key ids are identifiers, not secrets (AWS prints them in IAM policies), but they
+# name the account and the principal and credential scanners flag them, so they
+# are redacted too (the safe default); a message names the option to check instead.
+ID_KEYS = frozenset({
+    "aws_access_key_id", "access_key_id", "oss_access_key_id", "tos_access_key_id",
+    "cos_secret_id", "azure_storage_client_id", "azure_client_id", "client_id",
 })
 # Names the pattern below catches whose values are flags, enums, ids or file paths.
 NOT_SECRET_KEYS = frozenset({
@@ -111,7 +113,7 @@ def is_secret(name: str) -> bool:
     n = name.strip().lower()
     if n.startswith(STORAGE_PREFIX):
         n = n[len(STORAGE_PREFIX):]
-    if n in SECRET_KEYS:
+    if n in SECRET_KEYS or n in ID_KEYS:
         return True
     if n in NOT_SECRET_KEYS:
         return False

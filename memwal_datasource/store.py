@@ -22,6 +22,7 @@ import os
 import random
 import threading
 import time
+import traceback
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -38,7 +39,7 @@ from .errors import (
     TransientStoreError,
     UnsupportedStoreError,
 )
-from .options import S3Options, scrub_url
+from .options import S3Options, scrub, scrub_url
 
 SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "memory")
 
@@ -371,7 +372,7 @@ class S3Store(ObjectStore):
             # Auth and existence errors say all there is to say; keep the rest's cause.
             cause = None if isinstance(mapped, (FileExistsError, FileNotFoundError,
                                                 StoreAuthError, StoreNotFoundError)) else exc
-            raise mapped from cause
+            raise mapped from self._safe_cause(cause)
 
     def _raise(self, exc: Exception, key: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -393,16 +394,25 @@ class S3Store(ObjectStore):
                     f"'{self.bucket}' ({code}) while accessing {where}; check "
                     "aws_access_key_id / aws_secret_access_key"
                 ) from None
+            cause = self._safe_cause(exc)  # only for the errors that keep it
             if status == 409 or code in ("ConditionalRequestConflict", "OperationAborted"):
-                raise TransientStoreError(f"conflict writing {where}: {code}") from exc
+                raise TransientStoreError(f"conflict writing {where}: {code}") from cause
             if status is not None and status >= 500 or code in ("SlowDown", "RequestTimeout"):
-                raise TransientStoreError(f"S3 error on {where}: {code}") from exc
-            raise StoreError(f"S3 error on {where}: {code} (HTTP {status})") from exc
+                raise TransientStoreError(f"S3 error on {where}: {code}") from cause
+            raise StoreError(f"S3 error on {where}: {code} (HTTP {status})") from cause
         if isinstance(exc, BotoCoreError):
             raise TransientStoreError(
                 f"cannot reach S3 at {self._endpoint_name()} for {where}: {type(exc).__name__}"
-            ) from exc
+            ) from self._safe_cause(exc)
         raise exc
+
+    def _safe_cause(self, exc: BaseException | None) -> BaseException | None:
+        """``exc`` to chain to a mapped error, or ``None`` if its traceback would quote a
+        credential (SDKs print the request URL, with an endpoint's ``user:password@``)."""
+        if exc is None:
+            return None
+        text = "".join(traceback.format_exception(exc))
+        return exc if scrub(text, self.options.secret_values()) == text else None
 
     def _endpoint_name(self) -> str:
         endpoint = self.options.endpoint
