@@ -24,7 +24,9 @@ Rules for a lease that is live for another holder (not released, and
 * same job, other partition: :class:`SiblingHoldsShard`, at once. Two
   partitions of one job route to one shard.
 * another job: not available. :meth:`Leases.acquire` waits up to
-  ``wait_s``, then raises :class:`LeaseHeld` naming the holder.
+  ``wait_s``, then raises :class:`LeaseHeld` naming the holder. Its
+  ``may_wait`` predicate lets a caller refuse to wait for a given holder (the
+  Spark writer's wait-die rule: see :meth:`Holder.precedes`).
 
 Clocks: ``expires_ms`` is set from the writer's clock and compared with the
 reader's. The TTL must be well above the clock skew between hosts, and above
@@ -37,7 +39,9 @@ Hook points (:mod:`memwal_datasource.hooks`):
 ``lease.before_put`` (shard, generation, kind = acquire/renew/release, job_id,
 partition), ``lease.acquired`` (shard, generation, job_id, partition),
 ``lease.renewed`` (shard, generation, expires_ms), ``lease.released`` (shard,
-generation).
+generation), ``lease.waiting`` (shard, job_id, partition, blocker_job_id,
+waited_s: a taker found the shard, or every shard of a pool, held by another
+live job and is about to wait before trying again).
 """
 
 from __future__ import annotations
@@ -77,7 +81,8 @@ class LeaseError(MemWalError):
 class LeaseHeld(LeaseError):
     """Another live job holds the shard (or every shard of a pool) after waiting."""
 
-    def __init__(self, shard: str, lease: Lease | None, waited_s: float, detail: str = ""):
+    def __init__(self, shard: str, lease: Lease | None, waited_s: float, detail: str = "",
+                 fix: str = ""):
         self.shard = shard
         self.lease = lease
         self.holder = lease.holder if lease else None
@@ -85,15 +90,17 @@ class LeaseHeld(LeaseError):
         who = lease.describe() if lease else "another writer"
         super().__init__(
             f"shard {shard} is leased by {who}; waited {waited_s:.1f} s for it"
-            + (f" ({detail})" if detail else "")
-            + ". Two live jobs must not write one shard at once: wait for that job to "
-              "finish, give this one a longer wait, or write to a different writer group")
+            + (f" ({detail})" if detail else "") + ". "
+            + (fix or "Two live jobs must not write one shard at once: wait for that job to "
+                      "finish, give this one a longer wait, or write to a different writer "
+                      "group"))
 
 
 class NoFreeShard(LeaseHeld):
     """Every shard of a pool is leased by other live writers after waiting."""
 
-    def __init__(self, shards: list[str], leases: list[Lease], waited_s: float):
+    def __init__(self, shards: list[str], leases: list[Lease], waited_s: float,
+                 fix: str = ""):
         self.shards = shards
         self.leases = leases
         self.shard = shards[0] if shards else ""
@@ -106,8 +113,9 @@ class NoFreeShard(LeaseHeld):
         MemWalError.__init__(
             self,
             f"no free shard among {len(shards)} after waiting {waited_s:.1f} s: every one is "
-            f"leased by a live writer ({shown}). Use a larger pool (num_shards), fewer "
-            "concurrent writers, or a longer wait")
+            f"leased by a live writer ({shown}). "
+            + (fix or "Use a larger pool (num_shards), fewer concurrent writers, or a longer "
+                      "wait"))
 
 
 class SiblingHoldsShard(LeaseError):
@@ -153,6 +161,17 @@ class Holder:
     label: str = ""  # e.g. "stream <query> batch 7" or "job <id>"
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
+    # When the holder's job started (epoch ms): its age for wait-die. Records
+    # written before the field existed read as 0, the oldest.
+    job_started_ms: int = 0
+
+    def precedes(self, other: Holder) -> bool:
+        """Whether this holder's job is older than ``other``'s (ties broken by job id).
+
+        A total order on jobs: under wait-die only an older job waits for a
+        younger one, so no cycle of waiting tasks can form.
+        """
+        return (self.job_started_ms, self.job_id) < (other.job_started_ms, other.job_id)
 
     def describe(self) -> str:
         """A one-line description for errors and logs."""
@@ -350,11 +369,15 @@ class Leases:
             yield delay
             delay = min(delay * 2, self.max_backoff_s)
 
-    def acquire(self, shard: str, holder: Holder, wait_s: float = 0.0) -> Lease:
+    def acquire(self, shard: str, holder: Holder, wait_s: float = 0.0,
+                may_wait: Callable[[Lease], str] | None = None) -> Lease:
         """Take the shard's lease; wait up to ``wait_s`` (capped backoff) while another job has it.
 
         Raises :class:`LeaseHeld` (naming the holder, the shard and the wait)
         when the wait ends, and :class:`SiblingHoldsShard` at once.
+        ``may_wait(blocker)`` is asked before every wait: a non-empty answer
+        (why not, and what to do instead) raises :class:`LeaseHeld` with it
+        at once.
         """
         shard = _shard_id(shard)
         start = self.clock()
@@ -362,11 +385,21 @@ class Leases:
             lease, blocker = self._try(shard, holder)
             if lease is not None:
                 return lease
+            refusal = may_wait(blocker) if may_wait is not None and blocker is not None else ""
+            if refusal:
+                raise LeaseHeld(shard, blocker, self.clock() - start, fix=refusal)
             left = start + wait_s - self.clock()
             if left <= 0:
                 raise LeaseHeld(shard, blocker, self.clock() - start)
+            self._waiting(shard, holder, blocker, start)
             self.sleep(min(delay, left))
         raise AssertionError("unreachable")
+
+    def _waiting(self, shard: str, holder: Holder, blocker: Lease | None, start: float) -> None:
+        hooks.point("lease.waiting", shard=shard, job_id=holder.job_id,
+                    partition=holder.partition,
+                    blocker_job_id=blocker.holder.job_id if blocker else None,
+                    waited_s=self.clock() - start)
 
     def pick_free(self, shards: Iterable[str], holder: Holder,
                   wait_s: float = 0.0) -> tuple[str, Lease]:
@@ -397,6 +430,7 @@ class Leases:
             left = start + wait_s - self.clock()
             if left <= 0:
                 raise NoFreeShard(order, blockers, self.clock() - start)
+            self._waiting(order[0], holder, blockers[0] if blockers else None, start)
             self.sleep(min(delay, left))
         raise AssertionError("unreachable")
 

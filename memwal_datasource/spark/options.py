@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
+from ..leases import DEFAULT_TTL_S
 from ..native import check_native_config
 from ..options import normalize, parse_bool, redact
 from ..sharding import Sharding, ShardingRequest
@@ -25,16 +26,26 @@ from ..sharding import Sharding, ShardingRequest
 STORAGE_PREFIX = "storage."
 # WAL-only Spark tasks queue at most this many WAL entries' worth of batches.
 SPARK_QUEUE_ENTRIES = 2
-# Shard ids are uuid5 in this namespace of (table, writer group, partition).
+# Shard ids are uuid5 in this namespace of (table, writer group, slot).
 SHARD_NAMESPACE = uuid.UUID("5d0f3c39-2a64-4a55-9a0e-6d2c7c3b8b1e")
+# How long a task waits for a shard another job holds, unless option 'lease_wait_s' says.
+DEFAULT_LEASE_WAIT_S = 60.0
 
 WRITE_OPTIONS = {
     "path": "the Lance table URI (local path, file://, s3://)",
-    "writer_group": "name of this writer's shard set (default 'default'); give concurrent "
-                    "jobs on one table different groups",
+    "writer_group": "name of this writer's shard pool (default 'default'); concurrent jobs "
+                    "share a pool safely (each task leases a shard), so set it only to keep "
+                    "a job's shards apart",
     "primary_key": "comma-separated primary-key columns, used when creating the table",
     "create_table": "create the table if missing (default true)",
-    "num_shards": "map Spark partitions onto this many shards (default: one per partition)",
+    "num_shards": "at most this many shards in the writer group: concurrent tasks take "
+                  "turns on them (default: as many as tasks write at once)",
+    "lease_wait_s": "seconds a task waits for a shard another live job (or, with num_shards, "
+                    f"another task) holds, then fails naming the holder (default "
+                    f"{DEFAULT_LEASE_WAIT_S:g}; 0 fails at once)",
+    "lease_ttl_s": "seconds a task's shard lease lives without renewal; renewed every third of "
+                   f"it, a crashed task's lease frees the shard after it (default "
+                   f"{DEFAULT_TTL_S:g})",
     "query_id": "streaming: the stream's identity for exactly-once commits (default: derived "
                 "from checkpointLocation)",
     "txnappid": "batch idempotency key, with txnVersion (as Delta's): a job re-run with the "
@@ -104,13 +115,35 @@ def table_path(options: Mapping[str, str]) -> str:
     """
     path = options.get("path") or options.get("location")
     if not path:
-        raise ConfigError("option 'path' is required: .save('<table uri>') or "
-                          f".option('path', ...) (got options {sorted(options)})")
+        # Spark's Python data source API hands a source no table location for a
+        # catalog table: saveAsTable without a path, writeTo and spark.table get {}.
+        raise ConfigError(
+            "option 'path' is required: the memwal format addresses a table by its URI. "
+            "Catalog tables (saveAsTable without a path, df.writeTo(name), spark.table(name)) "
+            "are not supported: Spark's Python data source API gives the source no location "
+            "for them. Use df.write.format('memwal').save('<table uri>') and "
+            "spark.read.format('memwal').load('<table uri>'), and for SQL "
+            "spark.read.format('memwal').load('<table uri>').createOrReplaceTempView('<name>') "
+            f"(got options {sorted(options)})")
     path = path.rstrip("/") or "/"
     scheme = urlparse(path).scheme
     if len(scheme) <= 1:  # no scheme (or a Windows drive letter): a local path
         path = os.path.abspath(path)
     return path
+
+
+def _seconds(options: Mapping[str, str], name: str, default: float, zero_ok: bool) -> float:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
+        bound = "a number of seconds >= 0" if zero_ok else "a positive number of seconds"
+        raise ConfigError(f"option '{name}' must be {bound}, got '{raw}'")
+    return value
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
@@ -142,6 +175,12 @@ class WriteOptions:
     shard_by: ShardingRequest | None = None
     # The table's sharding spec, resolved on the driver once the table exists.
     sharding: Sharding | None = None
+    lease_wait_s: float = DEFAULT_LEASE_WAIT_S
+    lease_ttl_s: float = DEFAULT_TTL_S
+    # enable_memtable was not set: the table's primary key decides (see with_table_key).
+    memtable_auto: bool = False
+    # The writer options set explicitly (Spark defaults apply to the others).
+    explicit: frozenset[str] = frozenset()
 
     @property
     def delete(self) -> bool:
@@ -167,31 +206,48 @@ class WriteOptions:
             # pylance's native writer takes only through its own delete(); WAL-only
             # mode writes them (and pylance replays them).
             opts = {**opts, "enable_memtable": "false"}
+        # Unset, MemTable mode follows the table's primary key (Lance's LSM needs
+        # one), decided by with_table_key once the driver knows the table.
+        auto = "enable_memtable" not in opts
         config = ShardWriterConfig.from_options(opts)
         if operation == "delete" and config.enable_memtable:
             raise ConfigError("option 'operation=delete' is written WAL-only: drop "
                               "'enable_memtable=true' (or set it to false)")
-        if "durable_write" not in opts:
-            # A task's commit message is returned only after close() has made
-            # every row durable, so per-put durability buys a Spark task nothing
-            # but latency; an explicit durable_write is honoured.
-            config = replace(config, durable_write=False)
-        if not config.enable_memtable and "max_unflushed_memtable_bytes" not in opts:
-            # Lance's 1 GiB queue budget would let a task's Python worker hold a GiB of
-            # batches; two WAL entries' worth keeps the pipeline full and memory bounded.
-            config = replace(config, max_unflushed_memtable_bytes=SPARK_QUEUE_ENTRIES
-                             * config.max_wal_buffer_size).validate()
-        if config.enable_memtable:
-            check_native_config(config)
+        explicit = frozenset(k for k in opts if k in ShardWriterConfig.field_names())
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,
                    create_table=parse_bool("create_table", opts.get("create_table", "true")),
-                   num_shards=_positive_int(opts, "num_shards"), config=config,
+                   num_shards=_positive_int(opts, "num_shards"),
+                   config=_spark_defaults(config, explicit, auto, native=not auto),
                    storage=storage_options(opts), txn=_txn(opts), operation=operation,
-                   shard_by=_shard_by(opts))
+                   shard_by=_shard_by(opts),
+                   lease_wait_s=_seconds(opts, "lease_wait_s", DEFAULT_LEASE_WAIT_S, True),
+                   lease_ttl_s=_seconds(opts, "lease_ttl_s", DEFAULT_TTL_S, False),
+                   memtable_auto=auto, explicit=explicit)
 
-    def shard_for(self, partition_id: int) -> str:
-        """The deterministic shard of a Spark partition in this writer group."""
-        slot = partition_id % self.num_shards if self.num_shards else partition_id
+    def with_table_key(self, has_primary_key: bool) -> WriteOptions:
+        """These options for a table with or without a primary key.
+
+        An unset ``enable_memtable`` becomes true exactly when the table has a
+        primary key (MemTable mode needs one); an explicit value is kept.
+        """
+        if not self.memtable_auto:
+            return self
+        config = replace(self.config, enable_memtable=has_primary_key)
+        if "max_unflushed_memtable_bytes" not in self.explicit:
+            config = replace(config, max_unflushed_memtable_bytes=ShardWriterConfig()
+                             .max_unflushed_memtable_bytes)
+        return replace(self, config=_spark_defaults(config, self.explicit, auto=True,
+                                                    native=has_primary_key),
+                       memtable_auto=False)
+
+    def shard_for(self, slot: int) -> str:
+        """The shard of pool slot ``slot`` (modulo ``num_shards``) in this writer group.
+
+        A task leases a slot's shard before writing: its partition id's slot
+        when free (so uncontended jobs reuse the same shards), the next free
+        one otherwise.
+        """
+        slot = slot % self.num_shards if self.num_shards else slot
         return str(uuid.uuid5(SHARD_NAMESPACE, f"{self.path}|{self.writer_group}|{slot}"))
 
     def describe(self) -> str:
@@ -199,6 +255,35 @@ class WriteOptions:
         return (f"path={self.path} writer_group={self.writer_group} "
                 f"enable_memtable={self.config.enable_memtable} "
                 f"storage={redact(self.storage)}")
+
+
+def _spark_defaults(config: ShardWriterConfig, explicit: frozenset[str],
+                    auto: bool = False, native: bool = True) -> ShardWriterConfig:
+    """``config`` with the Spark task defaults for the options not set explicitly.
+
+    ``auto``: MemTable mode was chosen by the primary key, not by the user
+    (``native=False`` defers the MemTable-mode checks until it is chosen).
+    """
+    if "durable_write" not in explicit:
+        # A task's commit message is returned only after close() has made
+        # every row durable, so per-put durability buys a Spark task nothing
+        # but latency; an explicit durable_write is honoured.
+        config = replace(config, durable_write=False)
+    if not config.enable_memtable and "max_unflushed_memtable_bytes" not in explicit:
+        # Lance's 1 GiB queue budget would let a task's Python worker hold a GiB of
+        # batches; two WAL entries' worth keeps the pipeline full and memory bounded.
+        config = replace(config, max_unflushed_memtable_bytes=SPARK_QUEUE_ENTRIES
+                         * config.max_wal_buffer_size)
+    config = config.validate()
+    if config.enable_memtable and native:
+        try:
+            check_native_config(config)
+        except ConfigError as exc:
+            if not auto:
+                raise
+            raise ConfigError(f"{exc} (option 'enable_memtable' is unset, and a table with a "
+                              "primary key defaults to true)") from None
+    return config
 
 
 def _shard_by(options: Mapping[str, str]) -> ShardingRequest | None:

@@ -29,6 +29,7 @@ from ..commit import OVERWRITE, Txn, stream_app_id
 from ..errors import ConfigError
 from ..store import S3Store, open_store
 from ..table import (
+    ROW_KEY,
     data_schema,
     open_table,
     primary_key_of,
@@ -48,7 +49,10 @@ from .writer import (
 )
 
 # Column names the MemWAL format gives a meaning of its own.
-RESERVED_COLUMNS = {TOMBSTONE: "it marks deleted rows in the MemWAL format"}
+RESERVED_COLUMNS = {
+    TOMBSTONE: "it marks deleted rows in the MemWAL format",
+    ROW_KEY: "compaction adds it to tables without a primary key as their hidden row key",
+}
 
 
 # --- types ------------------------------------------------------------------

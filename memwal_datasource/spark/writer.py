@@ -3,14 +3,27 @@
 The writer object is built on the driver and pickled to executors, so it
 holds only plain settings; stores, clients and files are created inside
 ``write()``.
+
+Shard leases (:mod:`memwal_datasource.leases`) keep live writers apart: a task
+leases each shard before it claims it and releases it after closing. Without a
+sharding spec a task leases a free shard of its writer group's pool (its
+partition id's slot when free, so uncontended jobs reuse the same shards; the
+next free slot otherwise; with ``num_shards`` it waits for one of those). With
+a spec each shard is leased when its first row arrives, and jobs take turns by
+wait-die: a task waits for another job's shard only while it holds no lease
+or when its job is the older; otherwise it fails at once, naming that job, so
+two jobs never wait on each other. Leases are an optimisation: the epoch claim
+still fences any older writer, so a lost or stale lease costs a retry, never
+rows.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +44,7 @@ from ..commit import (
     stream_app_id,
 )
 from ..errors import ConfigError, Fenced
+from ..leases import HeldLease, Holder, Lease, LeaseHeld, Leases, NoFreeShard, SiblingHoldsShard
 from ..sharding import (
     PARTITION_FIX,
     ShardConflict,
@@ -44,6 +58,12 @@ from ..writer import ShardWriter, open_shard_writer
 from .options import WriteOptions
 
 log = logging.getLogger("memwal_datasource")
+
+# A task without num_shards probes the pool this many slots at a time (no waiting).
+POOL_WINDOW = 16
+POOL_WINDOWS = 64
+# Spark sets this local property on a micro-batch's tasks.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 def _ensure_visible_logging() -> None:
@@ -109,6 +129,8 @@ class MemWalCommitMessage(WriterCommitMessage):
     write_s: float = 0.0
     close_s: float = 0.0
     shards: list[ShardResult] = field(default_factory=list)
+    started: float = 0.0  # time.time() when the task started
+    lease_s: float = 0.0  # taking (and waiting for) and releasing shard leases
 
     def committed_range(self) -> CommittedRange | None:
         """The range to list in the commit record (None for an empty task)."""
@@ -123,40 +145,6 @@ class MemWalCommitMessage(WriterCommitMessage):
         ranges = ([s.committed_range(self.partition_id, self.attempt) for s in self.shards]
                   if self.shards else [self.committed_range()])
         return [r for r in ranges if r is not None]
-
-
-def _open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,
-                value: Any = None) -> ShardWriter:
-    """Open one shard for this task: the one place a task opens a shard.
-
-    On a sharded table the shard first records its sharding identity (spec id
-    and field entries, as Lance's format defines them).
-    """
-    if opts.sharding is not None:
-        initialize_shard(open_store(opts.path, opts.storage), opts.sharding, shard_id, value)
-    return open_shard_writer(opts.path, shard_id, schema, opts.config, opts.storage)
-
-
-def _close_shards(writers: dict[str, ShardWriter]) -> None:
-    """Close every shard writer this task opened: the one place a task closes shards.
-
-    Closing makes every row durable; if one close fails, the others are
-    aborted and the error propagates (the task commits nothing).
-    """
-    pending = list(writers.values())
-    try:
-        while pending:
-            pending[0].close()
-            pending.pop(0)
-    except BaseException:
-        _abort_shards(pending[1:])
-        raise
-
-
-def _abort_shards(writers) -> None:
-    """Abort shard writers after a failure: the one place a task abandons shards."""
-    for w in writers:
-        w.abort()
 
 
 def placeholder(t: pa.DataType, n: int) -> pa.Array:
@@ -207,80 +195,259 @@ def tombstone_schema(table: pa.Schema) -> pa.Schema:
     return table.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
 
 
-def write_task(opts: WriteOptions, schema: pa.Schema,
-               batches: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
+@dataclass(frozen=True)
+class TaskJob:
+    """The job a task writes for, as its shard leases name it.
+
+    ``started_ms`` is the job's age for wait-die (older jobs wait, younger
+    ones yield).
+    """
+
+    job_id: str
+    label: str
+    started_ms: int
+
+    @classmethod
+    def new(cls) -> TaskJob:
+        """A job of its own (a direct :func:`write_task` call)."""
+        job_id = uuid.uuid4().hex
+        return cls(job_id, f"job {job_id}", int(time.time() * 1000))
+
+
+def _open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,
+                value: Any = None) -> ShardWriter:
+    """Open one shard for this task: the one place a task opens a shard.
+
+    On a sharded table the shard first records its sharding identity (spec id
+    and field entries, as Lance's format defines them).
+    """
+    if opts.sharding is not None:
+        initialize_shard(open_store(opts.path, opts.storage), opts.sharding, shard_id, value)
+    return open_shard_writer(opts.path, shard_id, schema, opts.config, opts.storage)
+
+
+def _close_shards(writers: dict[str, ShardWriter]) -> None:
+    """Close every shard writer this task opened: the one place a task closes shards.
+
+    Closing makes every row durable; if one close fails, the others are
+    aborted and the error propagates (the task commits nothing).
+    """
+    pending = list(writers.values())
+    try:
+        while pending:
+            pending[0].close()
+            pending.pop(0)
+    except BaseException:
+        _abort_shards(pending[1:])
+        raise
+
+
+def _abort_shards(writers) -> None:
+    """Abort shard writers after a failure: the one place a task abandons shards."""
+    for w in writers:
+        w.abort()
+
+
+class _TaskShards:
+    """The shards one task writes: each leased before it is opened, released after close.
+
+    A lease is renewed in the background while the task writes. A lost one
+    (another writer took the shard after it expired) fails the task before it
+    closes: that writer's claim may have fenced this one, and the task's rows
+    are not committed. Spark retries the task.
+    """
+
+    def __init__(self, opts: WriteOptions, job: TaskJob, pid: int, attempt: int):
+        self.opts = opts
+        self.holder = Holder(job.job_id, pid, attempt, label=job.label,
+                             job_started_ms=job.started_ms)
+        self.leases = Leases(open_store(opts.path, opts.storage), ttl_s=opts.lease_ttl_s)
+        self.held: dict[str, HeldLease] = {}
+        self.writers: dict[str, ShardWriter] = {}
+        self.pool: str | None = None  # the shard leased from the pool (no sharding spec)
+        self.lease_s = 0.0
+        self.open_s = 0.0
+
+    def open(self, shard: str | None, schema: pa.Schema, value: Any = None) -> ShardWriter:
+        """Lease ``shard`` (``None``: a free shard of the pool), then open a writer on it."""
+        t0 = time.perf_counter()
+        if shard is None:
+            shard = self.pool = self._lease_from_pool()
+        else:
+            self._lease_routed(shard, value)
+        t1 = time.perf_counter()
+        self.lease_s += t1 - t0
+        writer = self.writers[shard] = _open_shard(self.opts, shard, schema, value)
+        self.open_s += time.perf_counter() - t1
+        return writer
+
+    def _hold(self, lease: Lease) -> None:
+        self.held[lease.shard] = self.leases.hold(lease)
+
+    def _lease_from_pool(self) -> str:
+        """Lease a shard of the writer group's pool: the partition's slot first."""
+        opts, pid = self.opts, self.holder.partition
+        if opts.num_shards:
+            n = opts.num_shards
+            try:
+                shard, lease = self.leases.pick_free([opts.shard_for(pid + i) for i in range(n)],
+                                                     self.holder, opts.lease_wait_s)
+            except NoFreeShard as exc:
+                raise NoFreeShard(exc.shards, exc.leases, exc.waited_s, fix=(
+                    f"Option 'num_shards' is {n}: at most {n} task(s) write writer group "
+                    f"'{opts.writer_group}' of the table at {opts.path} at once, and the "
+                    f"others wait up to lease_wait_s ({opts.lease_wait_s:g} s). Raise "
+                    "num_shards to the number of tasks that run at once (or drop it), or "
+                    "raise lease_wait_s")) from None
+            self._hold(lease)
+            return shard
+        for w in range(POOL_WINDOWS):
+            slots = range(pid + w * POOL_WINDOW, pid + (w + 1) * POOL_WINDOW)
+            try:
+                shard, lease = self.leases.pick_free([opts.shard_for(s) for s in slots],
+                                                     self.holder)
+            except NoFreeShard:
+                continue
+            self._hold(lease)
+            return shard
+        raise NoFreeShard([opts.shard_for(pid)], [], 0.0, fix=(
+            f"Slots {pid}..{pid + POOL_WINDOW * POOL_WINDOWS - 1} of writer group "
+            f"'{opts.writer_group}' are all leased by live writers: fewer tasks at once, "
+            "or another writer_group"))
+
+    def _lease_routed(self, shard: str, value: Any) -> None:
+        """Lease one shard of a sharded table, taking turns with other jobs by wait-die."""
+        holder, opts = self.holder, self.opts
+        refused = []
+
+        def may_wait(blocker: Lease) -> str:
+            # Waiting only with no lease held, or for a younger job, keeps every
+            # wait pointing from older to younger jobs: no cycle, no deadlock.
+            if not self.held or holder.precedes(blocker.holder):
+                return ""
+            refused.append(blocker)
+            return (f"This task ({holder.describe()}) already holds {len(self.held)} other "
+                    "shard(s) and its job is younger, so it does not wait: two jobs waiting "
+                    "for each other's shards would deadlock. Jobs on one primary-key table "
+                    f"take turns per shard: run this job after '{_name(blocker)}' finishes")
+
+        try:
+            lease = self.leases.acquire(shard, holder, opts.lease_wait_s, may_wait)
+        except SiblingHoldsShard as exc:
+            raise ShardConflict(f"{exc} (value {value!r}); {PARTITION_FIX}") from exc
+        except LeaseHeld as exc:
+            if refused:
+                raise
+            raise LeaseHeld(shard, exc.lease, exc.waited_s, detail=f"value {value!r}", fix=(
+                "Jobs on one primary-key table take turns per shard: run this job after "
+                f"'{_name(exc.lease)}' finishes, or raise lease_wait_s (now "
+                f"{opts.lease_wait_s:g} s)")) from None
+        self._hold(lease)
+
+    def check(self) -> None:
+        """Raise :class:`~memwal_datasource.leases.LeaseLost` if a lease was lost."""
+        for held in self.held.values():
+            held.check()
+
+    def close(self) -> None:
+        """Check the leases, then close every writer (rows durable)."""
+        self.check()
+        _close_shards(self.writers)
+
+    def abort(self) -> None:
+        _abort_shards(self.writers.values())
+
+    def release(self) -> None:
+        """Release every lease (best effort: an unreleased one expires by itself)."""
+        t0 = time.perf_counter()
+        for held in self.held.values():
+            held.release()
+        self.lease_s += time.perf_counter() - t0
+
+
+def _name(lease: Lease | None) -> str:
+    """The job holding ``lease``, as people know it."""
+    if lease is None:
+        return "the other job"
+    return lease.holder.label or f"job {lease.holder.job_id}"
+
+
+def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+               job: TaskJob | None = None) -> MemWalCommitMessage:
     """Stream one task's batches into its shard(s); runs on an executor.
 
-    Without a sharding spec the task writes the shard of its partition. With
+    Without a sharding spec the task leases a free shard of its writer group
+    before its first row (an empty partition leases and writes nothing). With
     one, each row goes to the shard of its sharding value, one writer per
-    shard, opened when the first row for it arrives.
+    shard, leased and opened when the first row for it arrives. ``job`` names
+    the job in the leases (a job of its own if not given).
     """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     pid = ctx.partitionId() if ctx else 0
     attempt = ctx.attemptNumber() if ctx else 0
+    shards = _TaskShards(opts, job or TaskJob.new(), pid, attempt)
     if opts.sharding is not None or opts.delete:
-        return _write_routed(opts, schema, batches, pid, attempt)
-    shard = opts.shard_for(pid)
+        return _write_routed(opts, schema, batches, shards)
+    started, t0 = time.time(), time.perf_counter()
     writer = None
-    t0 = time.perf_counter()
-    open_s = 0.0
     try:
         for batch in batches:
             if not batch.num_rows:
                 continue
-            if writer is None:  # an empty partition claims nothing
-                writer = _open_shard(opts, shard, schema)
-                open_s = time.perf_counter() - t0
+            if writer is None:  # an empty partition leases and claims nothing
+                writer = shards.open(None, schema)
+            else:
+                shards.check()
             writer.put(batch)
         t1 = time.perf_counter()
         if writer is None:
-            return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0)
-        _close_shards({shard: writer})
+            return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0,
+                                       started=started)
+        shards.close()
     except BaseException:
-        _abort_shards([writer] if writer is not None else [])
+        shards.abort()
         raise
+    finally:
+        shards.release()
     s = writer.stats()
     return MemWalCommitMessage(
         partition_id=pid, attempt=attempt, shard_id=s.shard_id, epoch=s.epoch,
         first_position=s.first_wal_position, last_position=s.last_wal_position,
         rows=s.rows, bytes=s.bytes, wal_entries=s.wal_entries, sstables=list(s.sstables),
-        open_s=open_s, write_s=t1 - t0 - open_s, close_s=time.perf_counter() - t1)
-
-
-def _router(opts: WriteOptions, pid: int) -> Callable[[pa.RecordBatch], dict]:
-    """``batch -> {shard: (value, rows)}`` for this task."""
-    if opts.sharding is not None:
-        return opts.sharding.route
-    shard = opts.shard_for(pid)
-    return lambda batch: {shard: (None, batch)}
+        open_s=shards.open_s + shards.lease_s, write_s=t1 - t0 - shards.open_s - shards.lease_s,
+        close_s=time.perf_counter() - t1, started=started, lease_s=shards.lease_s)
 
 
 def _write_routed(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-                  pid: int, attempt: int) -> MemWalCommitMessage:
-    """A task of a sharded table (or a delete): one shard writer per sharding value."""
-    route = _router(opts, pid)
+                  shards: _TaskShards) -> MemWalCommitMessage:
+    """A task of a sharded table (or a delete): one shard writer per sharding value.
+
+    A delete on a table without a sharding spec writes one shard of the pool.
+    """
+    pid, attempt = shards.holder.partition, shards.holder.attempt
     keys = tuple(primary_key_of(schema))
     wschema = tombstone_schema(schema) if opts.delete else schema
-    writers: dict[str, ShardWriter] = {}
     values: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    open_s = 0.0
+    started, t0 = time.time(), time.perf_counter()
     try:
         for batch in batches:
-            for shard, (value, part) in route(batch).items():
-                writer = writers.get(shard)
+            shards.check()
+            if opts.sharding is not None:
+                routed = opts.sharding.route(batch)
+            else:  # the pool's shard, leased at the first row
+                routed = {shards.pool: (None, batch)} if batch.num_rows else {}
+            for shard, (value, part) in routed.items():
+                writer = shards.writers.get(shard) if shard is not None else None
                 if writer is None:
-                    t_open = time.perf_counter()
-                    writer = writers[shard] = _open_shard(opts, shard, wschema, value)
-                    values[shard] = value
-                    open_s += time.perf_counter() - t_open
+                    writer = shards.open(shard, wschema, value)
+                    values[shards.pool if shard is None else shard] = value
                 writer.put(tombstones(part, wschema, keys) if opts.delete else part)
         t1 = time.perf_counter()
-        _close_shards(writers)
+        shards.close()
     except Fenced as exc:
-        _abort_shards(writers.values())
+        shards.abort()
         if opts.sharding is None:
             raise
         raise ShardConflict(f"{exc}. A newer writer took this shard over: another attempt of "
@@ -288,20 +455,23 @@ def _write_routed(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Re
                             f"rows of the same sharding value; in the last case {PARTITION_FIX}"
                             ) from exc
     except BaseException:
-        _abort_shards(writers.values())
+        shards.abort()
         raise
+    finally:
+        shards.release()
     results = []
-    for shard, writer in writers.items():
+    for shard, writer in shards.writers.items():
         s = writer.stats()
         results.append(ShardResult(shard, s.epoch, s.first_wal_position, s.last_wal_position,
                                    s.rows, s.bytes, s.wal_entries, list(s.sstables),
                                    repr(values[shard])))
+    setup_s = shards.open_s + shards.lease_s
     return MemWalCommitMessage(
         partition_id=pid, attempt=attempt, shard_id=None, epoch=0, first_position=None,
         last_position=None, rows=sum(r.rows for r in results),
         bytes=sum(r.bytes for r in results), wal_entries=sum(r.wal_entries for r in results),
-        open_s=open_s, write_s=t1 - t0 - open_s, close_s=time.perf_counter() - t1,
-        shards=results)
+        open_s=setup_s, write_s=t1 - t0 - setup_s, close_s=time.perf_counter() - t1,
+        shards=results, started=started, lease_s=shards.lease_s)
 
 
 def check_one_task_per_shard(opts: WriteOptions, msgs: list[MemWalCommitMessage]) -> None:
@@ -333,12 +503,13 @@ def prepare_writer_options(opts: WriteOptions, schema: pa.Schema) -> WriteOption
     ``schema`` is the table's (after :func:`~memwal_datasource.spark.source.prepare_table`).
     """
     pk = primary_key_of(schema)
+    opts = opts.with_table_key(bool(pk))
     if opts.config.enable_memtable and not pk:
         raise ConfigError(
-            f"option 'enable_memtable' is true (the default) but the table at {opts.path} has no "
+            f"option 'enable_memtable' is true but the table at {opts.path} has no "
             "primary key: Lance's LSM reads (LsmScanner, point lookups) and MemTable replay are "
             "exactly once only as upserts by key. Set option 'primary_key' when creating the "
-            "table, or write with enable_memtable=false")
+            "table, or write with enable_memtable=false (the default without a primary key)")
     if opts.delete:
         if not pk:
             raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
@@ -377,10 +548,15 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
                     "%d (job %s); this run's rows are not committed again", label, txn.app_id,
                     txn.version, rec.sequence, rec.job_id)
         return rec
+    # Wall time from the first task's start: a stream sink's writer object (and
+    # so ``started``) is built once per query, not per micro-batch.
+    starts = [m.started for m in msgs if m.started]
     log.info(
-        "memwal commit %d (%s): %d tasks, %d rows, %d bytes, %d WAL entries, %.2fs wall, %s",
-        rec.sequence, label, len(msgs), sum(m.rows for m in msgs), sum(m.bytes for m in msgs),
-        sum(m.wal_entries for m in msgs), time.time() - started, opts.describe())
+        "memwal commit %d (%s): %d tasks, %d rows, %d bytes, %d WAL entries, %.2fs wall, "
+        "%.3fs max leasing, %s", rec.sequence, label, len(msgs), sum(m.rows for m in msgs),
+        sum(m.bytes for m in msgs), sum(m.wal_entries for m in msgs),
+        time.time() - (min(starts) if starts else started),
+        max((m.lease_s for m in msgs), default=0.0), opts.describe())
     return rec
 
 
@@ -409,9 +585,12 @@ class MemWalBatchWriter(DataSourceArrowWriter):
         self.job_id = uuid.uuid4().hex
         self.started = time.time()
         self.last_commit: CommitRecord | None = None
+        # Built where the job is planned (the driver's host): what leases show others.
+        self.job = TaskJob(self.job_id, f"job {self.job_id} from {socket.gethostname()}",
+                           int(self.started * 1000))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
-        return write_task(self.opts, self.schema, iterator)
+        return write_task(self.opts, self.schema, iterator, self.job)
 
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
@@ -444,7 +623,24 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         self.started = time.time()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
-        return write_task(self.opts, self.schema, iterator)
+        return write_task(self.opts, self.schema, iterator, self.task_job())
+
+    def task_job(self) -> TaskJob:
+        """The job a micro-batch's task writes for: one job per batch, as its commit record.
+
+        Its id is ``{query id}:{batch id}`` (the record's job id), so a task of
+        a replayed batch takes over its earlier attempt's leases; its age is
+        the query's start, so a long-running stream is older than batch jobs
+        that start while it runs (its tasks wait for theirs; theirs yield).
+        """
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
+        if batch is None:
+            return TaskJob(self.query_id, f"stream {self.query_id}", int(self.started * 1000))
+        return TaskJob(f"{self.query_id}:{batch}", f"stream {self.query_id} batch {batch}",
+                       int(self.started * 1000))
 
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         # The key makes a batch Spark replays after a crash (or a record whose

@@ -156,7 +156,10 @@ def test_concurrent_attempts_older_is_fenced_and_not_committed(spark, spark_loca
     t = threading.Thread(target=old_attempt)
     t.start()
     assert old_input.reached.wait(60)
-    new_msg = write_task(wopts, table, iter(batches(1000)))  # the newer attempt fences the old
+    # A newer attempt of the same task (same job, same partition) takes the lease over,
+    # writes the same shard and fences the old attempt.
+    new_msg = writer.write(iter(batches(1000)))
+    assert new_msg.shard_id == writer.opts.shard_for(0)
     old_input.go.set()
     t.join(60)
     assert "old_error" in outcome and "old" not in outcome
