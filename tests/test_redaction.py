@@ -317,3 +317,23 @@ def test_cli_scrubs_a_credential_that_a_message_would_quote(name, secret, tmp_pa
     out = invoke("shards", str(tmp_path / secret / "t.lance"), "--storage", f"{name}={secret}")
     assert out.exit_code == EXIT_NOT_FOUND and "no memwal table at" in out.stderr
     assert secret not in out.output and REDACTED in out.stderr
+
+
+def test_a_spark_write_read_and_refused_write_show_no_credential(spark, tmp_path):
+    """The real Spark path with every credential name at once: the table's files, the read
+    and the error of a refused write hold none of the values."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.utils import AnalysisException
+
+    uri = str(tmp_path / "t.lance")
+    values = {f"storage.{n}": fresh_secret() for n in NAMES}
+    df = spark.range(0, 20, numPartitions=2).selectExpr("id", "cast(id as string) as v")
+    options = {"enable_memtable": "false", "primary_key": "id", **values}
+    df.write.format("memwal").mode("append").options(**options).save(uri)
+    assert spark.read.format("memwal").options(**values).load(uri).count() == 20
+    with pytest.raises((AnalysisException, PySparkException)) as info:
+        df.write.format("memwal").mode("append").options(**options, writer_group="a/b").save(uri)
+    assert "writer_group" in str(info.value)
+    for value in values.values():
+        assert value not in error_text(info.value)
+    assert files_holding(tmp_path, *values.values()) == []
