@@ -26,6 +26,13 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from ..commit import GC, CommitLog
 from ..errors import ConfigError
@@ -53,6 +60,10 @@ def refuse_unsupported(opts: ReadOptions) -> None:
             "option 'starting_positions' (per-shard positions) is not supported by "
             "readStream: a stream starts at a commit record; use 'starting_commit' "
             "(earliest, latest, a sequence number or a time) or 'starting_timestamp'")
+    if opts.max_rows_per_trigger and opts.max_entries_per_trigger:
+        raise ConfigError(
+            "set one of options 'max_rows_per_trigger' and 'max_entries_per_trigger', not "
+            "both: Spark passes a source one read limit per micro-batch")
 
 
 def readable_from(log: CommitLog) -> int:
@@ -105,14 +116,23 @@ def resolve_start(log: CommitLog, start: StreamStart | None, path: str) -> int:
     return last
 
 
-class MemWalStreamReader(DataSourceStreamReader):
-    """Serves committed WAL entries micro-batch by micro-batch."""
+class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Serves committed WAL entries micro-batch by micro-batch.
+
+    Micro-batch size follows the read limit Spark passes (``max_rows_per_trigger``
+    becomes ``ReadMaxRows``, ``max_entries_per_trigger`` ``ReadMaxFiles`` counting
+    WAL entries); ``ReadAllAvailable`` means everything. Under
+    ``trigger(availableNow=True)`` the last record at query start is the target:
+    every record up to it is served, in as many micro-batches as the limit
+    makes, and none after it.
+    """
 
     def __init__(self, opts: ReadOptions, table_schema: pa.Schema):
         self.opts = opts
         self.table_schema = table_schema
         self._log: CommitLog | None = None
         self._origin: int | None = None  # the resolved start, once per query run
+        self._target: int | None = None  # availableNow: the last record to serve
 
     @property
     def log(self) -> CommitLog:
@@ -132,34 +152,47 @@ class MemWalStreamReader(DataSourceStreamReader):
             self._origin = resolve_start(self.log, self.opts.stream_start, self.opts.path)
         return {"commit": self._origin, "positions": {}, "origin": self._origin}
 
-    def getDefaultReadLimit(self):  # noqa: N802
-        from pyspark.sql.datasource import ReadAllAvailable
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        self._target = self.log.next_sequence() - 1
 
-        try:
-            from pyspark.sql.streaming.datasource import ReadMaxRows
-        except ImportError:  # pragma: no cover - older pyspark
-            return ReadAllAvailable()
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         if self.opts.max_rows_per_trigger:
             return ReadMaxRows(self.opts.max_rows_per_trigger)
+        if self.opts.max_entries_per_trigger:
+            return ReadMaxFiles(self.opts.max_entries_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict | None = None, limit=None) -> dict:  # noqa: N802
+    def _bounds(self, limit: ReadLimit | None) -> tuple[int | None, int | None]:
+        """(max rows, max WAL entries) of one micro-batch under ``limit``."""
+        if limit is None:  # an engine that passes no limit: the options decide
+            return self.opts.max_rows_per_trigger, self.opts.max_entries_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows, None
+        if isinstance(limit, ReadMaxFiles):
+            return None, limit.max_files
+        return None, None  # ReadAllAvailable, and limits we cannot apply to records
+
+    def latestOffset(self, start: dict | None = None,  # noqa: N802 - Spark's name
+                     limit: ReadLimit | None = None) -> dict:
         start = start or self.initialOffset()
         seq = int(start["commit"])
         positions = dict(start.get("positions", {}))
-        max_rows = getattr(limit, "maxRows", None) or getattr(limit, "max_rows", None)
-        max_entries = self.opts.max_entries_per_trigger
+        max_rows, max_entries = self._bounds(limit)
         rows = entries = 0
         for rec in self.log.records(after=seq):
+            if self._target is not None and rec.sequence > self._target:
+                break
+            rows += sum(r.rows for r in rec.ranges)
+            entries += sum(r.last - r.first + 1 for r in rec.ranges)
+            # A micro-batch serves whole records, at least one: a record larger
+            # than the limit is served alone rather than never.
             if seq > int(start["commit"]) and (
-                (max_rows is not None and rows >= max_rows)
-                or (max_entries is not None and entries >= max_entries)
+                (max_rows is not None and rows > max_rows)
+                or (max_entries is not None and entries > max_entries)
             ):
                 break
             seq = rec.sequence
             for r in rec.ranges:
-                rows += r.rows
-                entries += r.last - r.first + 1
                 positions[r.shard_id] = max(positions.get(r.shard_id, 1), r.last + 1)
         end = {"commit": seq, "positions": positions}
         if "origin" in start:
