@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean install
+.PHONY: demo test lint bench tour clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m benchmarks.run
+
+tour: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python examples/build_tour.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
