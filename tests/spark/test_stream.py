@@ -135,6 +135,30 @@ def test_stream_writer_commit_is_idempotent_per_batch(tmp_path):
     assert len(list(CommitLog(open_store(uri)).records())) == 2
 
 
+def test_batch_wall_time_counts_from_its_first_task_not_the_writer(tmp_path, caplog):
+    """A stream's writer object lives for the whole query: a micro-batch's wall time is
+    measured from its earliest task start (the writer's start only without one)."""
+    import dataclasses
+    import logging
+    import time
+
+    uri = str(tmp_path / "t.lance")
+    table = create_table(uri, SCHEMA).schema
+    opts = WriteOptions.parse({"path": uri, "enable_memtable": "false"})
+    writer = MemWalStreamWriter(opts, table, overwrite=False, query_id="q-wall")
+    writer.started = time.time() - 100_000  # the query started long ago
+    batch = pa.record_batch([pa.array([1], pa.int64()), pa.array(["a"])], schema=SCHEMA)
+    msg = write_task(writer.opts, table, iter([batch]))
+    assert 0 < time.time() - msg.started < 100_000
+    with caplog.at_level(logging.INFO, logger="memwal_datasource"):
+        writer.commit([dataclasses.replace(msg, started=time.time() - 1_000)], 0)
+        writer.commit([dataclasses.replace(msg, started=0.0)], 1)  # no task start: the writer's
+    walls = [float(m.group(1)) for r in caplog.records
+             if (m := re.search(r"([0-9.]+)s wall", r.getMessage()))]
+    assert len(walls) == 2
+    assert 1_000 <= walls[0] < 100_000 <= walls[1]
+
+
 def test_stream_sink_requires_checkpoint_or_query_id(spark, tmp_path):
     df = spark.readStream.format("rate").load().selectExpr("value as id", "'x' as v")
     with pytest.raises(Exception, match="checkpointLocation"):
