@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pyarrow as pa
@@ -253,3 +254,39 @@ def test_identity_sharded_upserts_deletes_and_the_driver_check_without_spark(tmp
         writer.commit([one, other])
     assert len(list(CommitLog(open_store(uri, {})).records())) == records
     assert read_table(uri).to_pylist() == [{"id": 1, "tenant": "a", "v": "y"}]
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_catalog_tables_are_refused_naming_the_alternatives(spark, spark_location):
+    """Spark's Python data source API gives a source no location for a catalog table
+    (saveAsTable without a path, writeTo, spark.table): refused, nothing written."""
+    uri, opts = spark_location
+    df = frame(spark, 0, 10, 1)
+    alternatives = (r"Catalog tables \(saveAsTable without a path, df.writeTo\(name\), "
+                    r"spark.table\(name\)\) are not supported.*\.save\('<table uri>'\).*"
+                    r"\.load\('<table uri>'\).*createOrReplaceTempView")
+    with pytest.raises(Exception, match=alternatives):
+        df.writeTo("memwal_evt").using("memwal").create()
+    with pytest.raises(Exception, match=alternatives):
+        df.write.format("memwal").mode("append").saveAsTable("memwal_evt2")
+    assert not spark.catalog.tableExists("memwal_evt")
+    assert not spark.catalog.tableExists("memwal_evt2")
+    # With a path, saveAsTable hands the source the same options as save().
+    df.write.format("memwal").mode("append").option("path", uri).saveAsTable("memwal_evt3")
+    try:
+        with pytest.raises(Exception, match=alternatives):
+            df.writeTo("memwal_evt3").append()
+        with pytest.raises(Exception, match=alternatives):
+            spark.table("memwal_evt3").collect()
+    finally:
+        spark.sql("DROP TABLE IF EXISTS memwal_evt3")
+    assert sorted(r.id for r in read(spark, uri, opts).collect()) == list(range(10))
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_hidden_row_key_column_is_reserved(spark, spark_location):
+    uri, opts = spark_location
+    df = frame(spark, 0, 3, 1).withColumnRenamed("v", "_memwal_row")
+    with pytest.raises(Exception, match="column '_memwal_row' is reserved: compaction adds it"):
+        write(df, uri, opts)
+    assert not os.path.exists(uri)
