@@ -4,17 +4,10 @@ The writer object is built on the driver and pickled to executors, so it
 holds only plain settings; stores, clients and files are created inside
 ``write()``.
 
-Shard leases (:mod:`memwal_datasource.leases`) keep live writers apart: a task
-leases each shard before it claims it and releases it after closing. Without a
-sharding spec a task leases a free shard of its writer group's pool (its
-partition id's slot when free, so uncontended jobs reuse the same shards; the
-next free slot otherwise; with ``num_shards`` it waits for one of those). With
-a spec each shard is leased when its first row arrives, and jobs take turns by
-wait-die: a task waits for another job's shard only while it holds no lease
-or when its job is the older; otherwise it fails at once, naming that job, so
-two jobs never wait on each other. Leases are an optimisation: the epoch claim
-still fences any older writer, so a lost or stale lease costs a retry, never
-rows.
+A task leases each shard (:mod:`memwal_datasource.leases`) before it claims it
+and releases it after closing, so live writers never fence each other; the
+epoch claim still fences any older writer, so a lost lease costs a retry,
+never rows. See :class:`_TaskShards` for which shard a task leases.
 """
 
 from __future__ import annotations
@@ -34,6 +27,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from .. import hooks
 from ..commit import (
     APPEND,
     OVERWRITE,
@@ -227,11 +221,7 @@ def _open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,
 
 
 def _close_shards(writers: dict[str, ShardWriter]) -> None:
-    """Close every shard writer this task opened: the one place a task closes shards.
-
-    Closing makes every row durable; if one close fails, the others are
-    aborted and the error propagates (the task commits nothing).
-    """
+    """Close every writer of this task (rows durable); if one fails, abort the others."""
     pending = list(writers.values())
     try:
         while pending:
@@ -251,10 +241,16 @@ def _abort_shards(writers) -> None:
 class _TaskShards:
     """The shards one task writes: each leased before it is opened, released after close.
 
-    A lease is renewed in the background while the task writes. A lost one
-    (another writer took the shard after it expired) fails the task before it
-    closes: that writer's claim may have fenced this one, and the task's rows
-    are not committed. Spark retries the task.
+    Without a sharding spec a task leases a free shard of its writer group's
+    pool: its partition id's slot when free (uncontended jobs reuse the same
+    shards), else the next free slot; with ``num_shards`` it waits for one of
+    those. With a spec each shard is leased when its first row arrives, and
+    jobs take turns by wait-die: a task waits for another job's shard only
+    while it holds no lease or when its job is the older; otherwise it fails
+    at once naming that job, so two jobs never wait on each other.
+
+    Leases are renewed in the background. A lost one (taken after it expired)
+    fails the task before it closes; Spark retries the task.
     """
 
     def __init__(self, opts: WriteOptions, job: TaskJob, pid: int, attempt: int):
@@ -268,7 +264,8 @@ class _TaskShards:
         self.lease_s = 0.0
         self.open_s = 0.0
 
-    def open(self, shard: str | None, schema: pa.Schema, value: Any = None) -> ShardWriter:
+    def open(self, shard: str | None, schema: pa.Schema,
+             value: Any = None) -> tuple[str, ShardWriter]:
         """Lease ``shard`` (``None``: a free shard of the pool), then open a writer on it."""
         t0 = time.perf_counter()
         if shard is None:
@@ -279,7 +276,7 @@ class _TaskShards:
         self.lease_s += t1 - t0
         writer = self.writers[shard] = _open_shard(self.opts, shard, schema, value)
         self.open_s += time.perf_counter() - t1
-        return writer
+        return shard, writer
 
     def _hold(self, lease: Lease) -> None:
         self.held[lease.shard] = self.leases.hold(lease)
@@ -288,19 +285,7 @@ class _TaskShards:
         """Lease a shard of the writer group's pool: the partition's slot first."""
         opts, pid = self.opts, self.holder.partition
         if opts.num_shards:
-            n = opts.num_shards
-            try:
-                shard, lease = self.leases.pick_free([opts.shard_for(pid + i) for i in range(n)],
-                                                     self.holder, opts.lease_wait_s)
-            except NoFreeShard as exc:
-                raise NoFreeShard(exc.shards, exc.leases, exc.waited_s, fix=(
-                    f"Option 'num_shards' is {n}: at most {n} task(s) write writer group "
-                    f"'{opts.writer_group}' of the table at {opts.path} at once, and the "
-                    f"others wait up to lease_wait_s ({opts.lease_wait_s:g} s). Raise "
-                    "num_shards to the number of tasks that run at once (or drop it), or "
-                    "raise lease_wait_s")) from None
-            self._hold(lease)
-            return shard
+            return self._lease_from_bounded_pool(opts.num_shards)
         for w in range(POOL_WINDOWS):
             slots = range(pid + w * POOL_WINDOW, pid + (w + 1) * POOL_WINDOW)
             try:
@@ -314,6 +299,40 @@ class _TaskShards:
             f"Slots {pid}..{pid + POOL_WINDOW * POOL_WINDOWS - 1} of writer group "
             f"'{opts.writer_group}' are all leased by live writers: fewer tasks at once, "
             "or another writer_group"))
+
+    def _lease_from_bounded_pool(self, n: int) -> str:
+        """Lease one of the ``n`` shards (``num_shards``), waiting while all are held.
+
+        Waiting for this job's own tasks has no limit: they run and release
+        their shards when done (a dead one's lease expires). Only the time
+        another job holds part of the pool counts against ``lease_wait_s``.
+        """
+        opts, holder, leases = self.opts, self.holder, self.leases
+        pool = [opts.shard_for(holder.partition + i) for i in range(n)]
+        waited, delay = 0.0, 0.05
+        while True:
+            try:
+                shard, lease = leases.pick_free(pool, holder)
+            except NoFreeShard as exc:
+                others = [x for x in exc.leases if x.holder.job_id != holder.job_id]
+                if others and waited >= opts.lease_wait_s:
+                    raise NoFreeShard(exc.shards, exc.leases, waited, fix=(
+                        f"Option 'num_shards' is {n}: at most {n} task(s) write writer group "
+                        f"'{opts.writer_group}' of the table at {opts.path} at once, and a "
+                        f"task waits up to lease_wait_s ({opts.lease_wait_s:g} s) while "
+                        "other jobs hold them. Raise num_shards (or drop it), raise "
+                        "lease_wait_s, or give the jobs different writer_group values")
+                    ) from None
+                hooks.point("lease.waiting", shard=pool[0], job_id=holder.job_id,
+                            partition=holder.partition, waited_s=waited,
+                            blocker_job_id=(others or exc.leases)[0].holder.job_id)
+                pause = min(delay, opts.lease_wait_s - waited) if others else delay
+                leases.sleep(pause)
+                waited += pause if others else 0.0
+                delay = min(delay * 2, leases.max_backoff_s)
+                continue
+            self._hold(lease)
+            return shard
 
     def _lease_routed(self, shard: str, value: Any) -> None:
         """Lease one shard of a sharded table, taking turns with other jobs by wait-die."""
@@ -388,45 +407,6 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
     pid = ctx.partitionId() if ctx else 0
     attempt = ctx.attemptNumber() if ctx else 0
     shards = _TaskShards(opts, job or TaskJob.new(), pid, attempt)
-    if opts.sharding is not None or opts.delete:
-        return _write_routed(opts, schema, batches, shards)
-    started, t0 = time.time(), time.perf_counter()
-    writer = None
-    try:
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            if writer is None:  # an empty partition leases and claims nothing
-                writer = shards.open(None, schema)
-            else:
-                shards.check()
-            writer.put(batch)
-        t1 = time.perf_counter()
-        if writer is None:
-            return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0,
-                                       started=started)
-        shards.close()
-    except BaseException:
-        shards.abort()
-        raise
-    finally:
-        shards.release()
-    s = writer.stats()
-    return MemWalCommitMessage(
-        partition_id=pid, attempt=attempt, shard_id=s.shard_id, epoch=s.epoch,
-        first_position=s.first_wal_position, last_position=s.last_wal_position,
-        rows=s.rows, bytes=s.bytes, wal_entries=s.wal_entries, sstables=list(s.sstables),
-        open_s=shards.open_s + shards.lease_s, write_s=t1 - t0 - shards.open_s - shards.lease_s,
-        close_s=time.perf_counter() - t1, started=started, lease_s=shards.lease_s)
-
-
-def _write_routed(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-                  shards: _TaskShards) -> MemWalCommitMessage:
-    """A task of a sharded table (or a delete): one shard writer per sharding value.
-
-    A delete on a table without a sharding spec writes one shard of the pool.
-    """
-    pid, attempt = shards.holder.partition, shards.holder.attempt
     keys = tuple(primary_key_of(schema))
     wschema = tombstone_schema(schema) if opts.delete else schema
     values: dict[str, Any] = {}
@@ -441,8 +421,8 @@ def _write_routed(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Re
             for shard, (value, part) in routed.items():
                 writer = shards.writers.get(shard) if shard is not None else None
                 if writer is None:
-                    writer = shards.open(shard, wschema, value)
-                    values[shards.pool if shard is None else shard] = value
+                    shard, writer = shards.open(shard, wschema, value)
+                    values[shard] = value
                 writer.put(tombstones(part, wschema, keys) if opts.delete else part)
         t1 = time.perf_counter()
         shards.close()
@@ -466,12 +446,22 @@ def _write_routed(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Re
                                    s.rows, s.bytes, s.wal_entries, list(s.sstables),
                                    repr(values[shard])))
     setup_s = shards.open_s + shards.lease_s
+    timings = {"open_s": setup_s, "write_s": t1 - t0 - setup_s,
+               "close_s": time.perf_counter() - t1, "started": started,
+               "lease_s": shards.lease_s}
+    if opts.sharding is None and not opts.delete:  # one shard (or none): the flat shape
+        if not results:
+            return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0,
+                                       started=started)
+        (r,) = results
+        return MemWalCommitMessage(pid, attempt, r.shard_id, r.epoch, r.first_position,
+                                   r.last_position, r.rows, r.bytes, r.wal_entries,
+                                   r.sstables, **timings)
     return MemWalCommitMessage(
         partition_id=pid, attempt=attempt, shard_id=None, epoch=0, first_position=None,
         last_position=None, rows=sum(r.rows for r in results),
         bytes=sum(r.bytes for r in results), wal_entries=sum(r.wal_entries for r in results),
-        open_s=setup_s, write_s=t1 - t0 - setup_s, close_s=time.perf_counter() - t1,
-        shards=results, started=started, lease_s=shards.lease_s)
+        shards=results, **timings)
 
 
 def check_one_task_per_shard(opts: WriteOptions, msgs: list[MemWalCommitMessage]) -> None:

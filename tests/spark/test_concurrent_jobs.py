@@ -308,6 +308,32 @@ def test_sharded_table_job_waits_for_another_jobs_shard_or_fails_naming_it(
     assert len(records(uri, opts)) == 2
 
 
+@pytest.mark.parametrize("backend", ["local"])
+def test_stream_tasks_lease_as_their_micro_batch(spark, spark_location, tmp_path):
+    """A micro-batch is a job for the lease rules: job id '{query id}:{batch id}' (its
+    commit record's), label 'stream {query id} batch {batch id}'."""
+    from memwal_datasource.spark.source import checkpoint_query_id
+
+    uri, opts = spark_location
+    src, ck = str(tmp_path / "src"), str(tmp_path / "ck")
+    for lo in (0, 100):
+        spark.range(lo, lo + 100, numPartitions=1).selectExpr(
+            "id", "cast(id as string) as v").write.mode("append").parquet(src)
+    q = (spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1)
+         .parquet(src).writeStream.format("memwal").option("checkpointLocation", ck)
+         .trigger(availableNow=True).start(uri))
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    query = checkpoint_query_id(ck)
+    recs = records(uri, opts)
+    assert [r.job_id for r in recs] == [f"{query}:0", f"{query}:1"]
+    leases = Leases(open_store(uri, storage(opts)))
+    (last,) = {r.shard_id for r in recs[-1].ranges}
+    lease = leases.current(last)
+    assert lease.released and lease.holder.job_id == f"{query}:1"
+    assert lease.holder.label == f"stream {query} batch 1"
+
+
 # --- the lease rules in write_task, without Spark -------------------------------------------
 
 SCHEMA = pa.schema([("id", pa.int64()), ("tenant", pa.string()), ("v", pa.string())])
@@ -422,6 +448,20 @@ def test_pool_tasks_lease_around_other_jobs_and_wait_with_num_shards(tmp_path):
         write_task(one, table, iter([batch]))
     leases.release(held)
     assert write_task(one, table, iter([batch])).shard_id == opts.shard_for(0)
+    # This job's own running task holds the one shard: lease_wait_s does not bound
+    # that wait (the sibling finishes and releases it); the test's hook releases it.
+    sibling = leases.acquire(opts.shard_for(0), Holder("mine", 1, label="job mine"))
+    hooks.clear()
+    waits = []
+
+    def sibling_finishes(**context):
+        waits.append(context["blocker_job_id"])
+        if len(waits) == 3:  # a few rounds past lease_wait_s=0
+            leases.release(sibling)
+
+    hooks.register("lease.waiting", sibling_finishes)
+    msg = write_task(one, table, iter([batch]), job("mine", 1))
+    assert (msg.shard_id, waits) == (opts.shard_for(0), ["mine"] * 3)
 
 
 def test_a_lost_lease_fails_the_task_before_close(tmp_path, monkeypatch):
