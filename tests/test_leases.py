@@ -243,6 +243,32 @@ def test_acquire_waits_with_capped_backoff_then_names_the_holder(mem, clock):
     assert "'stream q1 batch 7'" in msg and shard in msg and "waited 5.0 s" in msg
 
 
+def test_may_wait_refuses_at_once_and_waiting_is_a_hook_point(mem, clock):
+    """``may_wait`` is asked before each wait (the Spark writer's wait-die rule); each
+    wait passes ``lease.waiting``; job ages order holders, old records read as age 0."""
+    leases = leases_on(mem, clock, ttl=1000)
+    shard = new_shard()
+    old = Holder("A", 0, label="job A", job_started_ms=100)
+    young = Holder("B", 0, label="job B", job_started_ms=200)
+    assert old.precedes(young) and not young.precedes(old)
+    assert Holder("A", 0).precedes(Holder("B", 0))  # equal ages: the job id decides
+    a = leases.try_acquire(shard, old)
+    asked = []
+    with pytest.raises(LeaseHeld, match="waited 0.0 s for it. run after job A") as err:
+        leases.acquire(shard, young, wait_s=60,
+                       may_wait=lambda blocker: asked.append(blocker) or "run after job A")
+    assert asked == [a] and clock.sleeps == [] and err.value.holder == old
+    waits = []
+    hooks.register("lease.waiting", lambda **ctx: waits.append(ctx))
+    clock.on_sleep = lambda n: n == 2 and leases.release(a)
+    leases.acquire(shard, young, wait_s=60, may_wait=lambda blocker: "")
+    seen = [(w["shard"], w["job_id"], w["blocker_job_id"]) for w in waits]
+    assert seen == [(shard, "B", "A")] * 2
+    body = json.loads(a.encode())
+    del body["holder"]["job_started_ms"]  # a record written before the field existed
+    assert Lease.decode(json.dumps(body).encode(), shard, a.generation).holder.job_started_ms == 0
+
+
 def test_acquire_gets_the_shard_when_the_holder_releases_while_waiting(mem, clock):
     leases = leases_on(mem, clock, ttl=1000)
     shard = new_shard()
