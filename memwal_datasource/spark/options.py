@@ -40,9 +40,9 @@ WRITE_OPTIONS = {
     "create_table": "create the table if missing (default true)",
     "num_shards": "at most this many shards in the writer group: concurrent tasks take "
                   "turns on them (default: as many as tasks write at once)",
-    "lease_wait_s": "seconds a task waits for a shard another live job (or, with num_shards, "
-                    f"another task) holds, then fails naming the holder (default "
-                    f"{DEFAULT_LEASE_WAIT_S:g}; 0 fails at once)",
+    "lease_wait_s": "seconds a task waits for a shard another live job holds, then fails "
+                    f"naming that job (default {DEFAULT_LEASE_WAIT_S:g}; 0 fails at once); "
+                    "waits for this job's own tasks (num_shards) have no limit",
     "lease_ttl_s": "seconds a task's shard lease lives without renewal; renewed every third of "
                    f"it, a crashed task's lease frees the shard after it (default "
                    f"{DEFAULT_TTL_S:g})",
