@@ -619,9 +619,9 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         """The job a micro-batch's task writes for: one job per batch, as its commit record.
 
         Its id is ``{query id}:{batch id}`` (the record's job id), so a task of
-        a replayed batch takes over its earlier attempt's leases; its age is
-        the query's start, so a long-running stream is older than batch jobs
-        that start while it runs (its tasks wait for theirs; theirs yield).
+        a replayed batch takes over its earlier attempt's leases. Its age is
+        when this writer object was built: Spark 4.3 builds one per
+        micro-batch, so each batch is as old as its planning, like a batch job.
         """
         from pyspark import TaskContext
 

@@ -332,6 +332,8 @@ def test_stream_tasks_lease_as_their_micro_batch(spark, spark_location, tmp_path
     lease = leases.current(last)
     assert lease.released and lease.holder.job_id == f"{query}:1"
     assert lease.holder.label == f"stream {query} batch 1"
+    # Its age is the micro-batch's: Spark 4.3 builds the sink's writer for each batch.
+    assert lease.holder.job_started_ms >= recs[0].created_ms
 
 
 # --- the lease rules in write_task, without Spark -------------------------------------------
