@@ -85,7 +85,7 @@ def any_store(location):
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     """One SparkSession for the whole run: local[2,4] (2 threads, 4 tries per task), UI off."""
     from pyspark.sql import SparkSession
 
@@ -99,6 +99,8 @@ def spark():
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
+        # Catalog tests would otherwise leave spark-warehouse/ in the working directory.
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
