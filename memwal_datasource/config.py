@@ -33,7 +33,7 @@ MiB = 1024 * 1024
 GiB = 1024 * MiB
 
 # (minimum, maximum) of each integer field.
-_RANGES: dict[str, tuple[int, int]] = {
+RANGES: dict[str, tuple[int, int]] = {
     "max_wal_buffer_size": (1, 4 * GiB),
     "max_wal_flush_interval_ms": (0, 3_600_000),
     "max_wal_persist_retries": (0, 100),
@@ -73,7 +73,7 @@ class ShardWriterConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(f"'{f.name}' must be true or false, got {value!r}")
                 continue
-            lo, hi = _RANGES[f.name]
+            lo, hi = RANGES[f.name]
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ConfigError(
                     f"'{f.name}' must be an integer in [{lo}, {hi}], got {value!r}"
@@ -108,7 +108,7 @@ class ShardWriterConfig:
                 try:
                     kwargs[f.name] = int(raw)
                 except ValueError:
-                    lo, hi = _RANGES[f.name]
+                    lo, hi = RANGES[f.name]
                     raise ConfigError(
                         f"option '{f.name}' must be an integer in [{lo}, {hi}], got '{raw}'"
                     ) from None

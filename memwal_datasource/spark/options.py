@@ -20,84 +20,24 @@ from ..config import ShardWriterConfig
 from ..errors import ConfigError
 from ..leases import DEFAULT_TTL_S
 from ..native import check_native_config
-from ..options import normalize, parse_bool, redact
+from ..options import normalize, redact
 from ..sharding import Sharding, ShardingRequest
+from .option_table import (
+    DEFAULT_LEASE_WAIT_S,
+    READS,
+    STORAGE_PREFIX,
+    WRITES,
+    check_known,
+    flag,
+)
 
-STORAGE_PREFIX = "storage."
 # WAL-only Spark tasks queue at most this many WAL entries' worth of batches.
 SPARK_QUEUE_ENTRIES = 2
 # Shard ids are uuid5 in this namespace of (table, writer group, slot).
 SHARD_NAMESPACE = uuid.UUID("5d0f3c39-2a64-4a55-9a0e-6d2c7c3b8b1e")
-# How long a task waits for a shard another job holds, unless option 'lease_wait_s' says.
-DEFAULT_LEASE_WAIT_S = 60.0
-
-WRITE_OPTIONS = {
-    "path": "the Lance table URI (local path, file://, s3://)",
-    "writer_group": "name of this writer's shard pool (default 'default'); concurrent jobs "
-                    "share a pool safely (each task leases a shard), so set it only to keep "
-                    "a job's shards apart",
-    "primary_key": "comma-separated primary-key columns, used when creating the table",
-    "create_table": "create the table if missing (default true)",
-    "num_shards": "at most this many shards in the writer group: concurrent tasks take "
-                  "turns on them (default: as many as tasks write at once)",
-    "lease_wait_s": "seconds a task waits for a shard another live job holds, then fails "
-                    f"naming that job (default {DEFAULT_LEASE_WAIT_S:g}; 0 fails at once); "
-                    "waits for this job's own tasks (num_shards) have no limit",
-    "lease_ttl_s": "seconds a task's shard lease lives without renewal; renewed every third of "
-                   f"it, a crashed task's lease frees the shard after it (default "
-                   f"{DEFAULT_TTL_S:g})",
-    "query_id": "streaming: the stream's identity for exactly-once commits (default: derived "
-                "from checkpointLocation)",
-    "txnappid": "batch idempotency key, with txnVersion (as Delta's): a job re-run with the "
-                "same key and a version not above the last committed one commits nothing",
-    "txnversion": "batch idempotency version (a non-negative integer), with txnAppId",
-    "shard_by_bucket": "when creating the table: route rows to shards by Lance's bucket(column, "
-                       "num_buckets) sharding spec (use a primary-key column)",
-    "num_buckets": "with shard_by_bucket: the number of buckets (shards), 1..1024",
-    "shard_by_identity": "when creating the table: one shard per value of this column (Lance's "
-                         "identity sharding spec)",
-    "operation": "'upsert' (default; on a table without a primary key rows are appended) or "
-                 "'delete': write delete markers for the primary keys in the DataFrame",
-}
 OPERATIONS = ("upsert", "delete")
-READ_OPTIONS = {
-    "path": WRITE_OPTIONS["path"],
-    "isolation": "read_committed (default) or read_uncommitted",
-    "shards": "comma-separated shard ids to read (default all)",
-    "starting_positions": "'earliest' (default) or JSON {shard: first position}",
-    "ending_positions": "'latest' (default) or JSON {shard: last position}",
-    "metadata_columns": "true to add _shard_id, _wal_position, _writer_epoch",
-    "max_entries_per_partition": "split shards into position ranges of this many entries",
-    "max_entries_per_trigger": "streaming: at most this many WAL entries per micro-batch",
-    "max_rows_per_trigger": "streaming: about this many rows per micro-batch",
-    "poll_interval_ms": "unused by Spark's engine; accepted for compatibility",
-    "starting_commit": "streaming: where a new query starts: 'earliest' (default), 'latest', a "
-                       "commit sequence number (that record first) or an ISO-8601 time (the "
-                       "first record created at or after it)",
-    "starting_timestamp": "streaming: start at the first commit record created at or after "
-                          "this time (epoch milliseconds or ISO-8601)",
-    "view": "'tail' (default): committed rows not yet compacted; 'table': the whole table "
-            "(the base Lance table plus the committed tail, newest row per primary key)",
-}
 VIEWS = ("tail", "table")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
-# Keys Spark itself adds (catalog table properties for CREATE TABLE ... USING).
-SPARK_KEYS = frozenset({"owner", "provider", "location", "external", "is_managed_location",
-                        "comment", "checkpointlocation"})
-
-
-def _check_known(options: Mapping[str, str], allowed: Mapping[str, str], what: str) -> None:
-    for key in options:
-        if key.startswith(STORAGE_PREFIX) or key in allowed or key in SPARK_KEYS:
-            continue
-        if key in ShardWriterConfig.field_names() and what == "write":
-            continue
-        names = sorted(set(allowed) | (set(ShardWriterConfig.field_names())
-                                       if what == "write" else set()))
-        raise ConfigError(
-            f"unknown {what} option '{key}'; allowed: {', '.join(names)}, or "
-            f"'{STORAGE_PREFIX}<name>' for storage options (e.g. storage.aws_endpoint)"
-        )
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -191,7 +131,7 @@ class WriteOptions:
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         """Validate every write option; raise :class:`ConfigError` naming the bad one."""
         opts = {k.lower(): v for k, v in options.items()}
-        _check_known(opts, WRITE_OPTIONS, "write")
+        check_known(opts, WRITES, "write")
         group = opts.get("writer_group", "default")
         if not group or "/" in group:
             raise ConfigError(f"option 'writer_group' must be a non-empty name without '/', "
@@ -215,7 +155,7 @@ class WriteOptions:
                               "'enable_memtable=true' (or set it to false)")
         explicit = frozenset(k for k in opts if k in ShardWriterConfig.field_names())
         return cls(path=table_path(opts), writer_group=group, primary_key=pk,
-                   create_table=parse_bool("create_table", opts.get("create_table", "true")),
+                   create_table=flag(opts, "create_table"),
                    num_shards=_positive_int(opts, "num_shards"),
                    config=_spark_defaults(config, explicit, auto, native=not auto),
                    storage=storage_options(opts), txn=_txn(opts), operation=operation,
@@ -406,7 +346,7 @@ class ReadOptions:
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         """Validate every read option; raise :class:`ConfigError` naming the bad one."""
         opts = {k.lower(): v for k, v in options.items()}
-        _check_known(opts, READ_OPTIONS, "read")
+        check_known(opts, READS, "read")
         isolation = opts.get("isolation", "read_committed").lower()
         if isolation not in ISOLATION_LEVELS:
             raise ConfigError(f"option 'isolation' must be one of {ISOLATION_LEVELS}, "
@@ -432,8 +372,7 @@ class ReadOptions:
             path=table_path(opts), isolation=isolation, shards=shards,
             starting=_positions(opts, "starting_positions", "earliest"),
             ending=_positions(opts, "ending_positions", "latest"),
-            metadata_columns=parse_bool("metadata_columns",
-                                        opts.get("metadata_columns", "false")),
+            metadata_columns=flag(opts, "metadata_columns"),
             max_entries_per_partition=_positive_int(opts, "max_entries_per_partition") or 64,
             max_entries_per_trigger=_positive_int(opts, "max_entries_per_trigger"),
             max_rows_per_trigger=_positive_int(opts, "max_rows_per_trigger"),

@@ -1,0 +1,55 @@
+"""The option table: one declaration drives the check, the errors and the README."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memwal_datasource.errors import ConfigError
+from memwal_datasource.spark.option_table import OPTIONS, READS, WRITES, markdown, options_for
+from memwal_datasource.spark.options import ReadOptions, WriteOptions
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+BEGIN, END = "<!-- options:begin -->", "<!-- options:end -->"
+
+
+def test_readme_quotes_the_option_table():
+    text = README.read_text()
+    assert BEGIN in text and END in text, "README lost its option reference markers"
+    quoted = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert quoted == markdown(), "README's option table differs: paste option_table.markdown()"
+
+
+def _parse(scope_options, options):
+    return (WriteOptions.parse(options) if scope_options is WRITES
+            else ReadOptions.parse(options))
+
+
+@pytest.mark.parametrize("scopes", [WRITES, READS], ids=["write", "read"])
+def test_every_declared_option_is_accepted_and_every_other_refused(tmp_path, scopes):
+    path = str(tmp_path / "t.lance")
+    for key in options_for(scopes):
+        try:
+            _parse(scopes, {"path": path, key: "x"})
+        except ConfigError as exc:  # a bad value, never an unknown key
+            assert "unknown" not in str(exc), (key, exc)
+    with pytest.raises(ConfigError, match="unknown .* option 'no_such_option'; allowed: "):
+        _parse(scopes, {"path": path, "no_such_option": "1"})
+
+
+def test_an_option_of_the_other_scope_says_where_it_belongs(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown write option 'isolation' \(it is a read"):
+        WriteOptions.parse({"path": str(tmp_path / "t"), "isolation": "read_committed"})
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.kind == "bool"],
+                         ids=lambda o: o.name)
+def test_every_boolean_takes_true_or_false_and_nothing_else(tmp_path, option):
+    scopes = WRITES if set(option.scopes) & set(WRITES) else READS
+    path = str(tmp_path / "t.lance")
+    for good in ("true", "FALSE", " True "):
+        _parse(scopes, {"path": path, option.key: good})
+    for bad in ("yes", "1", "on", ""):
+        with pytest.raises(ConfigError, match=f"option '{option.name}' must be true or false"):
+            _parse(scopes, {"path": path, option.key: bad})
