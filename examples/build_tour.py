@@ -71,9 +71,9 @@ print("Spark", spark.version, "- tables under", work)"""),
 
 `df.write.format("memwal").mode("append").save(path)` creates the table if it
 does not exist (from the DataFrame's schema). Each of the 4 Spark partitions
-writes its own shard; the second append reuses the same 4 shards (a shard id is
-derived from the table, the `writer_group` and the partition number), each task
-claiming a new *writer epoch* on its shard.
+leases a shard and writes it; the second append reuses the same 4 shards (a
+task takes its partition number's slot of the `writer_group` when no other job
+holds it), each task claiming a new *writer epoch* on its shard.
 
 A table without a primary key is written **WAL-only** (`enable_memtable=false`):
 rows go straight into WAL entries. Always pass `.mode("append")` (or
@@ -224,10 +224,10 @@ orphaned = [stored_by_shard[s] - committed_by_shard[s] for s in shards]
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.bar([s[:8] for s in shards], ok, label="committed")
 ax.bar([s[:8] for s in shards], orphaned, bottom=ok, label="uncommitted", color="tab:red")
-ax.set_xlabel("shard"); ax.set_ylabel("rows"); ax.set_title("events: rows per shard")
+ax.set(xlabel="shard", ylabel="rows", title="events: rows per shard")
 ax.legend()
 plt.show()
-for s, c, u in zip(shards, ok, orphaned):
+for s, c, u in zip(shards, ok, orphaned, strict=True):
     print(f"shard {s[:8]}: {c:>6} committed, {u:>4} uncommitted")"""),
     ("md", """\
 Then the commit timeline: one point per commit record, sized by its rows
@@ -240,11 +240,12 @@ histories = {name: list(MemWalTable(uri).commits.records())
                                ("events_copy\\n(stream)", copy))}
 t0 = min(r.created_ms for recs in histories.values() for r in recs)
 fig, ax = plt.subplots(figsize=(7, 3.6))
-for lane, ((name, recs), color) in enumerate(zip(histories.items(), ("tab:blue", "tab:orange"))):
+colors = ("tab:blue", "tab:orange")
+for lane, ((name, recs), color) in enumerate(zip(histories.items(), colors, strict=True)):
     secs = [(r.created_ms - t0) / 1000 for r in recs]
     added = [sum(rng.rows for rng in r.ranges) for r in recs]
     ax.scatter(secs, [lane] * len(recs), s=[n / 40 for n in added], color=color, alpha=0.7)
-    for i, (r, x, n) in enumerate(zip(recs, secs, added)):
+    for i, (r, x, n) in enumerate(zip(recs, secs, added, strict=True)):
         what = r.kind if r.batch_id is None else f"batch {r.batch_id}"
         # Labels outside the lanes (below the bottom one, above the top one), in two
         # alternating tiers so commits close in time stay readable.
@@ -255,8 +256,9 @@ for lane, ((name, recs), color) in enumerate(zip(histories.items(), ("tab:blue",
                     xytext=(0, offset))
         print(f"{name.split()[0]:12} commit #{r.sequence} at {x:5.1f}s: {what:8} +{n:>6} rows")
 ax.set_yticks(range(len(histories)), list(histories))
-ax.set_ylim(-1.6, len(histories) + 0.6); ax.margins(x=0.1)
-ax.set_xlabel("seconds since the first commit"); ax.set_title("commit timeline (size = rows)")
+ax.set_ylim(-1.6, len(histories) + 0.6)
+ax.margins(x=0.1)
+ax.set(xlabel="seconds since the first commit", title="commit timeline (size = rows)")
 plt.show()"""),
     ("md", """\
 ## 6. Compaction and the whole table
