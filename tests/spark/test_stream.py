@@ -194,16 +194,25 @@ def write_batch(spark, uri, lo, hi):
         .format("memwal").mode("append").option("enable_memtable", "false").save(uri)
 
 
-def source_ids(spark, uri, ck, name, **options) -> list[int]:
-    """Run a memwal source with ``options`` into a memory sink until caught up."""
+def memory_query(spark, uri, ck, name, **options) -> tuple[list[int], list[int]]:
+    """Run a memwal source with ``options`` into a memory sink until caught up.
+
+    Returns the sorted ids and the row count of each non-empty micro-batch.
+    """
     r = spark.readStream.format("memwal")
     for k, v in options.items():
         r = r.option(k, v)
     q = (r.load(uri).writeStream.format("memory").queryName(name)
          .option("checkpointLocation", ck).trigger(availableNow=True).start())
-    assert q.awaitTermination(120)
+    assert q.awaitTermination(300)
     assert q.exception() is None, q.exception()
-    return sorted(row.id for row in spark.sql(f"SELECT id FROM {name}").collect())
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    return sorted(row.id for row in spark.sql(f"SELECT id FROM {name}").collect()), sizes
+
+
+def source_ids(spark, uri, ck, name, **options) -> list[int]:
+    """The ids a memwal source with ``options`` serves into a memory sink."""
+    return memory_query(spark, uri, ck, name, **options)[0]
 
 
 def start_error(spark, uri, ck, **options) -> str:

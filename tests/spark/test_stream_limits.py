@@ -8,20 +8,7 @@ from memwal_datasource.errors import ConfigError
 from memwal_datasource.spark.options import ReadOptions
 from memwal_datasource.spark.stream import MemWalStreamReader, refuse_unsupported
 
-from .test_stream import add_files, run_sink
-
-
-def _copy(spark, uri, ck, name, **options):
-    reader = spark.readStream.format("memwal")
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    q = (reader.load(uri).writeStream.format("memory").queryName(name)
-         .option("checkpointLocation", ck).trigger(availableNow=True).start())
-    assert q.awaitTermination(300)
-    assert q.exception() is None, q.exception()
-    batches = [p for p in q.recentProgress if p["numInputRows"]]
-    ids = [r.id for r in spark.sql(f"SELECT id FROM {name}").collect()]
-    return sorted(ids), [p["numInputRows"] for p in batches]
+from .test_stream import add_files, memory_query, run_sink
 
 
 @pytest.mark.parametrize("backend", ["local"])
@@ -33,7 +20,7 @@ def test_available_now_serves_every_record_in_limited_batches(spark, spark_locat
     add_files(spark, str(tmp_path / "src"), 0, 6)  # six records of one entry, 100 rows each
     run_sink(spark, str(tmp_path / "src"), uri, str(tmp_path / "ck1"), opts)
     name = "lim_" + next(iter(limit)).split("_")[1]
-    ids, sizes = _copy(spark, uri, str(tmp_path / "ck2"), name, **limit)
+    ids, sizes = memory_query(spark, uri, str(tmp_path / "ck2"), name, **limit)
     assert ids == list(range(600))
     expected = [100] * 6 if "max_entries_per_trigger" in limit else [200] * 3
     assert sizes == expected
