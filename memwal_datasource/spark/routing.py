@@ -44,10 +44,8 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
       ``num_partitions`` (default: the spec's ``num_buckets``) partitions;
     * identity spec: hash-partitioned on the column (Spark's default number
       of shuffle partitions unless ``num_partitions``);
-    * unsharded spec, or a primary-key table whose MemWAL records no spec
-      (written to one shard, see ``Sharding.unrecorded``): one partition;
-    * no spec and no primary key (shards follow Spark partitions): ``df``
-      unchanged.
+    * unsharded spec: one partition;
+    * no spec (shards follow Spark partitions): ``df`` unchanged.
 
     A partition may hold several sharding values (the task writes one shard
     each); a value is never split. ``storage_options`` take Lance's names
@@ -100,12 +98,11 @@ def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
                           f"{opts.path} has none: deletes are markers for keys")
     incoming = table_schema_for(spark_schema)
     sharding = table_sharding(table)
-    by = sharding.columns if sharding else ()
-    need = list(pk) + [c for c in by if c not in pk]
+    need = list(pk) + [c for c in (sharding.columns if sharding else ()) if c not in pk]
     missing = [c for c in need if c not in incoming.names]
     if missing:
         raise ConfigError(f"option 'operation=delete': the DataFrame must carry column(s) "
-                          f"{missing} (the primary key{' and sharding column' if by else ''} "
+                          f"{missing} (the primary key{' and sharding column' if sharding else ''} "
                           f"of the table at {opts.path}); it has {incoming.names}")
     for name in need:
         got, want = incoming.field(name).type, schema.field(name).type
