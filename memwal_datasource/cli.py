@@ -49,7 +49,7 @@ from .errors import (
 )
 from .format import MEM_WAL_DIR, WalEntry
 from .manifest import ManifestStore, list_shards
-from .options import SECRET_KEYS, lance_storage_options, normalize
+from .options import lance_storage_options, secret_values
 from .store import LocalStore, ObjectStore, open_store
 from .wal import WalTailer
 
@@ -74,7 +74,7 @@ class CliError(click.ClickException):
     """A one-line error with its exit code (see :data:`EXIT_CODES`)."""
 
     def __init__(self, message: str, exit_code: int = EXIT_ERROR):
-        super().__init__(_scrub(" ".join(message.split())))
+        super().__init__(" ".join(_scrub(message).split()))
         self.exit_code = exit_code
 
 
@@ -145,7 +145,7 @@ def _storage(ctx: click.Context, _param: click.Parameter,
                            "aws_endpoint=http://127.0.0.1:9000)", EXIT_USAGE)
         k, v = pair.split("=", 1)
         out[k.strip()] = v
-    secrets = [v for k, v in normalize(out).items() if k in SECRET_KEYS]
+    secrets = secret_values(out)
     ctx.meta[_SECRETS_KEY] = [*ctx.meta.get(_SECRETS_KEY, []), *secrets]
     return out
 

@@ -51,7 +51,6 @@ VISIBLE = {"aws_endpoint": "http://127.0.0.1:9000", "aws_region": "eu-west-1",
            "aws_web_identity_token_file": "/var/run/token", "aws_role_arn": "arn:aws:iam::1:role/r",
            "client_max_retries": "0", "connect_timeout": "5s", "proxy_url": "http://proxy:3128"}
 # What the CLI (cli.py's --storage callback) registers to scrub from its messages today.
-CLI_SCRUBS = {n for n in NAMES if next(iter(normalize({n: ""}))) in SECRET_KEYS}
 # Names an S3 table really reads: the S3 end-to-end test gives them real values.
 S3_BOUND = {"aws_access_key_id", "access_key_id", "aws_secret_access_key", "secret_access_key",
             "aws_session_token", "aws_token", "session_token", "token",
@@ -303,15 +302,7 @@ def test_cli_error_paths_and_inspect_never_print_a_credential(name, secret, tmp_
     assert files_holding(tmp_path, secret) == []
 
 
-def _scrub_case(name: str):
-    if name in CLI_SCRUBS:
-        return name
-    return pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="cli.py _storage() registers only names whose normalized form is "
-                            "in SECRET_KEYS; fix: secrets = secret_values(out)"))
-
-
-@pytest.mark.parametrize("name", [_scrub_case(n) for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_cli_scrubs_a_credential_that_a_message_would_quote(name, secret, tmp_path):
     """A message that happens to contain the value (here: the path) prints ``***`` instead."""
     out = invoke("shards", str(tmp_path / secret / "t.lance"), "--storage", f"{name}={secret}")
