@@ -7,9 +7,11 @@ row of one key lands in one shard; the spec's value (``bucket(col, N)``, the
 raw ``col`` value, or the constant 0) is what selects it, and
 ``lance.mem_wal.evaluate_sharding_spec`` computes it. This module:
 
-* reads a table's spec (:func:`table_sharding`), creates a table with one
-  (:func:`create_table`) and refuses a requested spec that conflicts with the
-  recorded one (:func:`check_requested`);
+* reads a table's spec (:func:`table_sharding`; a primary-key table without
+  one is written to one shard, see :meth:`Sharding.unrecorded`), creates a
+  table with one (:func:`create_table`; a primary-key table gets
+  :func:`default_request` unless asked otherwise) and refuses a requested
+  spec that conflicts with the recorded one (:func:`check_requested`);
 * maps a sharding value to a shard id, deterministically
   (:meth:`Sharding.shard_id`: pylance leaves the shard id to its caller, so
   the rule is ours and public: ``uuid5(SHARDING_NAMESPACE, spec, value)``);
@@ -44,6 +46,15 @@ SHARDING_NAMESPACE = uuid.UUID("0b7f6a2e-3c1d-5e84-9f2a-7d4c1b6e8a90")
 BUCKET, IDENTITY, UNSHARDED = "bucket", "identity", "unsharded"
 # Lance: num_buckets must be in [1, 1024].
 MAX_NUM_BUCKETS = 1024
+# A new primary-key table created without shard_by_* options is sharded by
+# bucket(key column, DEFAULT_NUM_BUCKETS). The count bounds a job's write
+# parallelism (partition_for_table makes one task per bucket), but every shard
+# is one more WAL, manifest, lease and set of flushed generations that
+# compaction, LsmScanner and the whole-table read visit, and a small write
+# touches up to this many shards. 16 keeps 16 cores writing (2-4 executors of
+# 4-8 cores) at a fan-out readers and compaction hardly notice; tables that
+# need more parallel writers set shard_by_bucket/num_buckets (Lance allows 1024).
+DEFAULT_NUM_BUCKETS = 16
 # Identity values as Lance stores them: little-endian fixed width, or raw UTF-8.
 _INT_FORMATS = {"int8": "<b", "int16": "<h", "int32": "<i", "int64": "<q", "uint8": "<B",
                 "uint16": "<H", "uint32": "<I", "uint64": "<Q"}
@@ -51,20 +62,30 @@ _INT_FORMATS = {"int8": "<b", "int16": "<h", "int32": "<i", "int64": "<q", "uint
 
 @dataclass(frozen=True)
 class ShardingRequest:
-    """A spec asked for by options when creating a table (at most one kind)."""
+    """A spec asked for by options when creating a table (at most one kind).
+
+    ``unsharded`` (Lance's constant-0 spec) has no option: it is only the
+    default of a primary-key table whose key columns cannot be bucketed.
+    """
 
     bucket_column: str | None = None
     num_buckets: int | None = None
     identity_column: str | None = None
+    unsharded: bool = False
 
     def describe(self) -> str:
         """The request in option names."""
         if self.bucket_column:
             return f"shard_by_bucket={self.bucket_column}, num_buckets={self.num_buckets}"
-        return f"shard_by_identity={self.identity_column}"
+        if self.identity_column:
+            return f"shard_by_identity={self.identity_column}"
+        return "unsharded"
 
     def validate(self) -> ShardingRequest:
         """Refuse half or doubly specified requests, naming the options."""
+        if self.unsharded and (self.bucket_column or self.identity_column):
+            raise ConfigError("an unsharded spec names no column: got "
+                              f"{self.bucket_column or self.identity_column!r}")
         if self.bucket_column and self.identity_column:
             raise ConfigError("set one of options 'shard_by_bucket' and 'shard_by_identity', "
                               "not both")
@@ -84,11 +105,34 @@ class Sharding:
 
     ``spec`` is the dict ``mem_wal_index_details()['sharding_specs'][i]``;
     ``lance_schema`` resolves its source field ids to column names.
+    ``recorded`` is False for :meth:`unrecorded`, the one shard of a
+    primary-key table whose MemWAL records no spec.
     """
 
     spec: Mapping[str, Any]
     lance_schema: Any = field(repr=False)
     columns: tuple[str, ...] = ()
+    recorded: bool = True
+
+    @classmethod
+    def unrecorded(cls, lance_schema) -> Sharding:
+        """Lance's ``unsharded`` rule (every row has value 0) for a table without a spec.
+
+        A primary-key table whose MemWAL records no sharding spec (an existing
+        table, or pylance's ``initialize_mem_wal()`` without arguments) still
+        falls under Lance's rule: all rows of one key in one shard. Routing by
+        Spark partition would break it (a key written by two partitions, or
+        two jobs, lands in two shards and LsmScanner returns it twice), so
+        every row goes to one deterministic shard. That is correct but has one
+        writer at a time: create primary-key tables with a spec (the default
+        for tables this package creates) for parallel writes. The table
+        records no spec to name, so the shard records spec id 0 and no field
+        entries, as a shard of a manually sharded MemWAL does.
+        """
+        spec = {"spec_id": 0, "fields": [{
+            "field_id": "bucket", "source_ids": [], "transform": UNSHARDED, "expression": None,
+            "result_type": "int32", "parameters": {}}]}
+        return cls(spec=spec, lance_schema=lance_schema, columns=(), recorded=False)
 
     @property
     def spec_id(self) -> int:
@@ -117,6 +161,9 @@ class Sharding:
 
     def describe(self) -> str:
         """The spec in words, for messages."""
+        if not self.recorded:
+            return ("one shard (a primary-key table whose MemWAL records no sharding spec; "
+                    "Lance's unsharded rule)")
         if self.transform == BUCKET:
             return f"bucket({self.columns[0]}, {self.num_buckets}) (spec id {self.spec_id})"
         if self.transform == IDENTITY:
@@ -125,6 +172,8 @@ class Sharding:
 
     def matches(self, request: ShardingRequest) -> bool:
         """True if ``request`` asks for exactly this spec."""
+        if request.unsharded:
+            return self.recorded and self.transform == UNSHARDED
         if request.bucket_column:
             return (self.transform == BUCKET and self.columns == (request.bucket_column,)
                     and self.num_buckets == request.num_buckets)
@@ -133,9 +182,11 @@ class Sharding:
     # -- values -------------------------------------------------------------------------
 
     def values(self, batch: pa.RecordBatch) -> pa.Array:
-        """Each row's sharding value, computed by Lance itself."""
+        """Each row's sharding value, computed by Lance itself (0 without a recorded spec)."""
         from lance.mem_wal import evaluate_sharding_spec
 
+        if not self.recorded:  # Lance's unsharded value; there is no spec to hand Lance
+            return pa.array(np.zeros(batch.num_rows, np.int32))
         missing = [c for c in self.columns if c not in batch.schema.names]
         if missing:
             raise ConfigError(f"the table is sharded by {self.describe()}: the rows must carry "
@@ -156,8 +207,11 @@ class Sharding:
         raise ConfigError(f"sharding value type '{kind}' of {self.describe()} is not supported")
 
     def field_entries(self, value: Any) -> list[tuple[str, bytes]]:
-        """``shard_field_entries`` of the shard holding ``value`` (none for a null value)."""
-        raw = self.value_bytes(value)
+        """``shard_field_entries`` of the shard holding ``value`` (none for a null value).
+
+        None either without a recorded spec: the entries name a spec field.
+        """
+        raw = self.value_bytes(value) if self.recorded else None
         return [] if raw is None else [(self.field_id, raw)]
 
     def shard_id(self, value: Any) -> str:
@@ -216,8 +270,17 @@ def spec_of(details: Mapping[str, Any] | None, lance_schema, uri: str) -> Shardi
 
 
 def table_sharding(ds) -> Sharding | None:
-    """The sharding spec of an open Lance dataset (None without one)."""
-    return spec_of(ds.mem_wal_index_details(), ds.lance_schema, ds.uri)
+    """How rows of an open Lance dataset are sharded: its recorded spec, or
+
+    * :meth:`Sharding.unrecorded` (one shard) for a primary-key table without one;
+    * None for a table without a primary key or a spec (shards follow writers).
+    """
+    from .table import primary_key_of
+
+    recorded = spec_of(ds.mem_wal_index_details(), ds.lance_schema, ds.uri)
+    if recorded is None and primary_key_of(ds.schema):
+        return Sharding.unrecorded(ds.lance_schema)
+    return recorded
 
 
 def check_requested(existing: Sharding | None, request: ShardingRequest | None,
@@ -225,7 +288,7 @@ def check_requested(existing: Sharding | None, request: ShardingRequest | None,
     """Refuse sharding options that disagree with the table's recorded spec."""
     if request is None:
         return
-    if existing is None:
+    if existing is None or not existing.recorded:
         raise ConfigError(f"options {request.describe()} ask for a sharding spec, but the table "
                           f"at {uri} already has a MemWAL without one (Lance cannot add a spec to "
                           "an existing MemWAL); drop these options or write to a new table")
@@ -235,28 +298,58 @@ def check_requested(existing: Sharding | None, request: ShardingRequest | None,
                           "spec is used) or write to a new table")
 
 
+def _bucketable(t: pa.DataType) -> bool:
+    """Types Lance 14's ``bucket`` hashes (of those it allows as a MemWAL primary key)."""
+    return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def default_request(schema: pa.Schema, primary_key: Sequence[str]) -> ShardingRequest:
+    """The spec of a new primary-key table created without ``shard_by_*`` options.
+
+    ``bucket(column, DEFAULT_NUM_BUCKETS)`` on the first key column Lance can
+    bucket (integers, strings): every row of one key carries the same value in
+    every key column, so any of them keeps a key in one shard. Lance 14's
+    bucket refuses binary keys, and boolean keys fill at most two buckets, so
+    those columns come last; a key of binary columns only gets Lance's
+    ``unsharded`` spec (one shard: correct, one writer at a time).
+    """
+    types = {name: schema.field(name).type for name in primary_key}
+    for usable in (_bucketable, pa.types.is_boolean):
+        for name in primary_key:
+            if usable(types[name]):
+                return ShardingRequest(bucket_column=name, num_buckets=DEFAULT_NUM_BUCKETS)
+    return ShardingRequest(unsharded=True)
+
+
 def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
                  storage_options: Mapping[str, str] | None,
                  request: ShardingRequest | None):
-    """Create an empty table whose MemWAL records ``request``'s sharding spec.
+    """Create an empty table whose MemWAL records a sharding spec.
 
-    Without a request this is :func:`memwal_datasource.table.create_table`.
-    A racing creator's table is accepted if its spec matches, refused if not.
+    The spec is ``request``'s; without one a primary-key table gets
+    :func:`default_request` (Lance's rule needs one key in one shard, and a
+    recorded spec lets many writers share the table), and a table without a
+    primary key gets none (:func:`memwal_datasource.table.create_table`: shards
+    follow writers). A racing creator's table is accepted if its spec matches
+    an explicit request (any spec, for a default one), refused if not.
     """
     import lance
 
     from . import table
 
-    if request is None:
+    if request is None and not primary_key:
         return table.create_table(uri, schema, primary_key, storage_options)
+    if primary_key:
+        schema = table.with_primary_key(schema, primary_key)  # names checked here
+    explicit = request is not None
+    if request is None:
+        request = default_request(schema, primary_key)
     request.validate()
     column = request.bucket_column or request.identity_column
-    if column not in schema.names:
+    if explicit and column not in schema.names:
         option = "shard_by_bucket" if request.bucket_column else "shard_by_identity"
         raise ConfigError(f"option '{option}' names column '{column}', which is not among the "
                           f"DataFrame's columns {schema.names}")
-    if primary_key:
-        schema = table.with_primary_key(schema, primary_key)
     opts = lance_storage_options(storage_options)
     try:
         ds = lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=opts)
@@ -269,14 +362,19 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
             if request.bucket_column:
                 ds.initialize_mem_wal(bucket_column=request.bucket_column,
                                       num_buckets=request.num_buckets)
-            else:
+            elif request.identity_column:
                 ds.initialize_mem_wal(identity_column=request.identity_column)
+            else:
+                ds.initialize_mem_wal(unsharded=True)
         except (OSError, ValueError) as exc:
             if "already initialized" not in str(exc):
-                raise ConfigError(f"cannot shard the table at {uri} by {request.describe()}: "
-                                  f"{exc}") from None
+                what = (f"by {request.describe()}" if explicit else
+                        f"by its default spec ({request.describe()}, from primary key "
+                        f"{list(primary_key)})")
+                raise ConfigError(f"cannot shard the table at {uri} {what}: {exc}") from None
     ds = lance.dataset(uri, storage_options=opts)
-    check_requested(table_sharding(ds), request, uri)
+    if explicit:
+        check_requested(table_sharding(ds), request, uri)
     return ds
 
 

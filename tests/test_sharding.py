@@ -139,3 +139,120 @@ def test_shard_of_another_value_is_refused(bucket_table):
     with pytest.raises(MemWalError, match="refusing to mix values"):
         sharding.initialize_shard(store, sh, shard, 4)
     assert os.path.isdir(os.path.join(uri, "_mem_wal", shard))
+
+
+# -- primary-key tables without sharding options --------------------------------------
+
+def keyed(pk_types: dict[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([*(pa.field(n, t) for n, t in pk_types.items()), ("v", pa.string())])
+
+
+def key_values(t: pa.DataType, n: int) -> pa.Array:
+    if pa.types.is_boolean(t):
+        return pa.array([i % 2 == 0 for i in range(n)])
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pa.array([f"k{i % 37}" for i in range(n)], t)
+    if pa.types.is_binary(t):
+        return pa.array([b"k%d" % (i % 37) for i in range(n)], t)
+    return pa.array([i % 37 for i in range(n)], t)
+
+
+@pytest.mark.parametrize("pk_types, column", [
+    ({"id": pa.int8()}, "id"), ({"id": pa.int16()}, "id"), ({"id": pa.int32()}, "id"),
+    ({"id": pa.int64()}, "id"), ({"id": pa.uint8()}, "id"), ({"id": pa.uint64()}, "id"),
+    ({"id": pa.string()}, "id"), ({"id": pa.large_string()}, "id"),
+    # Lance 14's bucket refuses binary; booleans fill two buckets: a later column is used.
+    ({"blob": pa.binary(), "id": pa.int32()}, "id"),
+    ({"flag": pa.bool_(), "id": pa.string()}, "id"),
+    ({"flag": pa.bool_()}, "flag"),
+])
+def test_new_pk_table_defaults_to_lance_bucket_spec(tmp_path, pk_types, column):
+    """pylance as the oracle: the recorded spec is bucket(key column, 16), and our routing
+    (and so every key's shard) is Lance's evaluate_sharding_spec of it."""
+    uri = str(tmp_path / "t.lance")
+    schema = keyed(pk_types)
+    ds = sharding.create_table(uri, schema, list(pk_types), {}, None)
+    (spec,) = lance.dataset(uri).mem_wal_index_details()["sharding_specs"]
+    f = spec["fields"][0]
+    assert (f["transform"], f["parameters"]) == ("bucket", {"num_buckets": "16"})
+    assert [x.id() for x in ds.lance_schema.fields() if x.name() == column] == f["source_ids"]
+    sh = sharding.table_sharding(ds)
+    assert sh.recorded and sh.columns == (column,)
+    assert sh.num_buckets == sharding.DEFAULT_NUM_BUCKETS == 16
+    batch = pa.record_batch([*(key_values(t, 300) for t in pk_types.values()),
+                             pa.array([f"v{i}" for i in range(300)])], schema=ds.schema)
+    lance_values = evaluate_sharding_spec(batch, spec, ds.lance_schema).column(0)
+    shard_of_key = {}
+    for shard, (value, part) in sh.route(batch).items():
+        assert part.equals(batch.filter(pc.equal(lance_values, value)))
+        for key in zip(*(part.column(n).to_pylist() for n in pk_types), strict=True):
+            assert shard_of_key.setdefault(key, shard) == shard, "a key in two shards"
+    assert len(set(shard_of_key.values())) == (2 if column == "flag" else
+                                                len(set(lance_values.to_pylist())))
+
+
+def test_binary_only_key_gets_lance_unsharded_spec(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = sharding.create_table(uri, keyed({"blob": pa.binary()}), ["blob"], {}, None)
+    (spec,) = ds.mem_wal_index_details()["sharding_specs"]
+    assert spec["fields"][0]["transform"] == "unsharded"
+    batch = pa.record_batch([key_values(pa.binary(), 50), pa.array(["v"] * 50)],
+                            schema=ds.schema)
+    assert len(sharding.table_sharding(ds).route(batch)) == 1
+
+
+def test_unbucketable_key_type_is_refused_naming_the_default(tmp_path):
+    """Lance refuses a MemWAL on a date key whatever the spec; the error says which spec."""
+    uri = str(tmp_path / "t.lance")
+    schema = pa.schema([("day", pa.date32()), ("v", pa.string())])
+    with pytest.raises(ConfigError, match=r"default spec \(unsharded, from primary key \['day'\]"
+                                          r"\).*Date32"):
+        sharding.create_table(uri, schema, ["day"], {}, None)
+
+
+def test_tables_without_a_key_and_explicit_requests_are_unchanged(tmp_path):
+    plain = sharding.create_table(str(tmp_path / "a.lance"), SCHEMA, [], {}, None)
+    assert plain.mem_wal_index_details()["sharding_specs"] == []
+    assert sharding.table_sharding(plain) is None
+    ident = sharding.create_table(str(tmp_path / "b.lance"), SCHEMA, ["id"], {},
+                                  ShardingRequest(identity_column="tenant"))
+    assert sharding.table_sharding(ident).describe() == "identity(tenant) (spec id 1)"
+    # A default request accepts whatever a racing creator recorded; an explicit one must match.
+    again = sharding.create_table(str(tmp_path / "b.lance"), SCHEMA, ["id"], {}, None)
+    assert sharding.table_sharding(again).describe() == "identity(tenant) (spec id 1)"
+
+
+def specless_pk_table(uri: str):
+    """A primary-key table as pylance users make it: initialize_mem_wal() with no spec."""
+    from memwal_datasource.table import with_primary_key
+
+    ds = lance.write_dataset(with_primary_key(SCHEMA, ["id"]).empty_table(), uri)
+    ds.initialize_mem_wal()
+    return lance.dataset(uri)
+
+
+def test_specless_pk_table_routes_every_row_to_one_unrecorded_shard(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = specless_pk_table(uri)
+    assert ds.mem_wal_index_details()["sharding_specs"] == []
+    sh = sharding.table_sharding(ds)
+    assert not sh.recorded and sh.columns == ()
+    batch = rows(range(200))
+    (shard, (value, part)), = sh.route(batch).items()
+    assert value == 0 and part.equals(batch)
+    # Lance's unsharded rule: its evaluation of the same spec is 0 for every row.
+    assert set(evaluate_sharding_spec(batch, dict(sh.spec), ds.lance_schema)
+               .column(0).to_pylist()) == {0}
+    assert shard == sharding.table_sharding(lance.dataset(uri)).shard_id(0)  # deterministic
+    store = open_store(uri)
+    sharding.initialize_shard(store, sh, shard, value)
+    first = ManifestStore(store, shard).load(1)
+    assert (first.shard_spec_id, first.shard_field_entries) == (0, [])  # no spec to name
+    with open_shard_writer(uri, shard, ds.schema, ShardWriterConfig(enable_memtable=False)) as w:
+        w.put(part)
+    with ds.mem_wal_writer(shard) as native:  # pylance replays and keeps our shard
+        got = native.lsm_scanner().to_table().column("id").to_pylist()
+    assert sorted(got) == list(range(200))
+    # Options asking for a spec are refused as on any MemWAL without one.
+    with pytest.raises(ConfigError, match="already has a MemWAL without one"):
+        sharding.check_requested(sh, ShardingRequest("id", 8), uri)

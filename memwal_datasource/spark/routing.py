@@ -36,7 +36,8 @@ def _sharding_udf(sharding: Sharding):
 
 
 def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None = None,
-                        num_partitions: int | None = None):
+                        num_partitions: int | None = None,
+                        create_options: Mapping[str, str] | None = None):
     """``df`` repartitioned so each sharding value of the table at ``path`` is in one task.
 
     * bucket spec: the bucket is computed by Lance's ``evaluate_sharding_spec``
@@ -44,19 +45,30 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
       ``num_partitions`` (default: the spec's ``num_buckets``) partitions;
     * identity spec: hash-partitioned on the column (Spark's default number
       of shuffle partitions unless ``num_partitions``);
-    * unsharded spec: one partition;
-    * no spec (shards follow Spark partitions): ``df`` unchanged.
+    * unsharded spec, or a primary-key table whose MemWAL records no spec
+      (written to one shard, see ``Sharding.unrecorded``): one partition;
+    * no spec and no primary key (shards follow Spark partitions): ``df``
+      unchanged.
 
     A partition may hold several sharding values (the task writes one shard
     each); a value is never split. ``storage_options`` take Lance's names
     (``aws_endpoint``, ...) or the write options' ``storage.<name>`` form.
+
+    The spec is the table's, so the table must exist. With ``create_options``
+    (the write options ``df.write`` will get, e.g. ``{"primary_key": "id"}``)
+    a missing table is first created, empty, from ``df``'s schema exactly as
+    that write would create it (its default or ``shard_by_*`` spec): the first
+    write of a primary-key table can then be partitioned too.
     """
     from pyspark.sql import functions as F
 
     opts = {k[len(STORAGE_PREFIX):] if k.startswith(STORAGE_PREFIX) else k: v
             for k, v in (storage_options or {}).items()}
     uri = table_path({"path": path})
-    sharding = table_sharding(open_table(uri, storage_options_of(opts)))
+    storage = storage_options_of(opts)
+    if create_options is not None and not table_exists(uri, storage):
+        _create_like_write(df, uri, storage, create_options)
+    sharding = table_sharding(open_table(uri, storage))
     if sharding is None:
         return df
     if sharding.transform == IDENTITY:
@@ -69,6 +81,17 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
     return (df.withColumn(SHARD_COLUMN, value)
             .repartition(num_partitions or sharding.num_buckets, SHARD_COLUMN)
             .drop(SHARD_COLUMN))
+
+
+def _create_like_write(df, uri: str, storage: Mapping[str, str],
+                       create_options: Mapping[str, str]) -> None:
+    """Create the table at ``uri`` as ``df.write`` with ``create_options`` would."""
+    from .options import WriteOptions
+    from .source import prepare_table
+
+    options = {**{f"{STORAGE_PREFIX}{k}": v for k, v in storage.items()}, **create_options,
+               "path": uri}
+    prepare_table(WriteOptions.parse(options), df.schema)
 
 
 def storage_options_of(options: Mapping[str, str]) -> dict[str, str]:
@@ -98,11 +121,12 @@ def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
                           f"{opts.path} has none: deletes are markers for keys")
     incoming = table_schema_for(spark_schema)
     sharding = table_sharding(table)
-    need = list(pk) + [c for c in (sharding.columns if sharding else ()) if c not in pk]
+    by = sharding.columns if sharding else ()
+    need = list(pk) + [c for c in by if c not in pk]
     missing = [c for c in need if c not in incoming.names]
     if missing:
         raise ConfigError(f"option 'operation=delete': the DataFrame must carry column(s) "
-                          f"{missing} (the primary key{' and sharding column' if sharding else ''} "
+                          f"{missing} (the primary key{' and sharding column' if by else ''} "
                           f"of the table at {opts.path}); it has {incoming.names}")
     for name in need:
         got, want = incoming.field(name).type, schema.field(name).type
