@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .commit import (
+from ..commit import (
     COMMITS_DIR,
     OVERWRITE,
     Checkpoint,
@@ -39,7 +39,7 @@ from .commit import (
     CommitRecord,
     CommittedRange,
 )
-from .errors import (
+from ..errors import (
     ConfigError,
     MemWalError,
     StoreAuthError,
@@ -47,11 +47,11 @@ from .errors import (
     StoreNotFoundError,
     UnsupportedStoreError,
 )
-from .format import MEM_WAL_DIR, WalEntry
-from .manifest import ManifestStore, list_shards
-from .options import lance_storage_options, secret_values
-from .store import LocalStore, ObjectStore, open_store
-from .wal import WalTailer
+from ..format import MEM_WAL_DIR, WalEntry
+from ..manifest import ManifestStore, list_shards
+from ..options import lance_storage_options, secret_values
+from ..store import LocalStore, ObjectStore, open_store
+from ..wal import WalTailer
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -628,7 +628,7 @@ def _compaction_summary(uri: str, storage: dict[str, str], store: ObjectStore,
     """How far compaction into the base table got (``None`` without a base table)."""
     if lance_info is None:
         return None
-    from .table import MemWalTable
+    from ..table import MemWalTable
 
     try:
         snap = MemWalTable(uri, storage, store=store).snapshot(lance_info["version"])
@@ -644,7 +644,7 @@ def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
     try:
         import lance
 
-        from .table import primary_key_of
+        from ..table import primary_key_of
 
         ds = lance.dataset(uri, storage_options=lance_storage_options(storage))
         return {"version": ds.version, "columns": ds.schema.names,
@@ -763,9 +763,9 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int
         TimeElapsedColumn,
     )
 
-    from .compact import compact as run_compaction
-    from .compact import planned_rounds
-    from .table import MemWalTable
+    from ..compact import compact as run_compaction
+    from ..compact import planned_rounds
+    from ..table import MemWalTable
 
     open_table(uri, storage)
     table = MemWalTable(uri, storage)
@@ -826,8 +826,8 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
     `memwal compact`, e.g. hourly; streams further behind than the retention must
     restart.
     """
-    from .gc import collect
-    from .table import MemWalTable
+    from ..gc import collect
+    from ..table import MemWalTable
 
     open_table(uri, storage)
     done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
@@ -852,7 +852,3 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
 def run() -> None:
     """Console-script entry point (errors are already one line with an exit code)."""
     main(prog_name="memwal")
-
-
-if __name__ == "__main__":  # python -m memwal_datasource.cli
-    run()

@@ -1,0 +1,5 @@
+"""``python -m memwal_datasource.cli``: the ``memwal`` command without the console script."""
+
+from . import run
+
+run()
