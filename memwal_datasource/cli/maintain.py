@@ -1,0 +1,124 @@
+"""Commands that change a table: ``compact`` (fold the WAL into the base) and ``gc``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+
+from .errors import EPILOG
+from .params import json_opt, open_table, storage_opt
+from .render import emit_json, human_size, new_console
+
+
+@click.command(epilog=EPILOG, short_help="Fold committed WAL entries into the base Lance table.")
+@click.argument("uri", metavar="PATH")
+@click.option("--dry-run", is_flag=True, help="say how much is pending; change nothing")
+@click.option("--max-records-per-round", type=click.IntRange(min=1), default=256,
+              show_default=True, help="commit records folded by one base-table commit")
+@click.option("--max-rounds", type=click.IntRange(min=1), default=None,
+              help="stop after this many rounds (default: until up to date)")
+@json_opt
+@storage_opt
+def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int | None,
+            as_json: bool, storage: dict[str, str]) -> None:
+    """Fold committed WAL entries into the base Lance table, exactly once.
+
+    Safe to run while jobs write, readers read and other compactors run, and to
+    kill at any point: a re-run finishes what was started and never counts a
+    row twice. Tables without a primary key get a hidden `_memwal_row` column in
+    the base table on their first compaction. For tables too big for one process,
+    run `memwal_datasource.spark.compact(spark, PATH)` from a Spark driver.
+    """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..compact import compact as run_compaction
+    from ..compact import planned_rounds
+    from ..table import MemWalTable
+
+    open_table(uri, storage)
+    table = MemWalTable(uri, storage)
+    plan = run_compaction(table, dry_run=True)
+    pending = plan.pending_records
+    if dry_run or not pending:
+        rounds = planned_rounds(pending, max_records_per_round)
+        if max_rounds is not None:
+            rounds = min(rounds, max_rounds)
+        key = (f"merged on primary key {plan.primary_key}" if plan.primary_key
+               else "appended (no primary key: keyed by the hidden _memwal_row column)")
+        if as_json:
+            emit_json({"table": uri, "dry_run": dry_run, "pending_records": pending,
+                        "pending_rows": plan.pending_rows, "planned_rounds": rounds,
+                        "primary_key": plan.primary_key, "rounds": []})
+        else:
+            new_console().print(f"{uri}: {pending} commit record(s) to compact"
+                             + (" (dry run: nothing changed)" if dry_run else "")
+                             + (f": {plan.pending_rows:,} rows in {rounds} round(s), {key}"
+                                if pending else ""), soft_wrap=True)
+        return
+    with Progress(TextColumn("compacting"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("records, round {task.fields[round]}"), TimeElapsedColumn(),
+                  console=new_console(), disable=as_json, transient=True) as bar:
+        task = bar.add_task("compact", total=pending, round="-")
+        summary = run_compaction(
+            table, max_records_per_round=max_records_per_round, max_rounds=max_rounds,
+            progress=lambda r, left: bar.update(task, completed=pending - left,
+                                                round=r.number))
+    if as_json:
+        emit_json({"table": uri, "dry_run": False, "pending_records": summary.pending_records,
+                    "rounds": [asdict(r) for r in summary.rounds]})
+        return
+    mine = [r for r in summary.rounds if r.committed]
+    seconds = sum(r.seconds for r in summary.rounds)
+    new_console().print(
+        f"{uri}: {len(summary.rounds)} round(s), {summary.rows:,} rows merged in "
+        f"{seconds:.1f}s ({len(summary.rounds) - len(mine)} already committed by another "
+        f"compactor); {summary.pending_records} record(s) still pending", soft_wrap=True)
+
+
+@click.command(epilog=EPILOG)
+@click.argument("uri", metavar="PATH")
+@click.option("--dry-run", is_flag=True, help="list what would be deleted, with sizes")
+@click.option("--retain-hours", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="keep WAL entries and commit records committed more recently than this")
+@click.option("--retain-manifest-versions", type=click.IntRange(min=1), default=10,
+              show_default=True, help="shard manifest versions to keep per shard")
+@json_opt
+@storage_opt
+def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: int,
+       as_json: bool, storage: dict[str, str]) -> None:
+    """Delete what compaction made unnecessary, behind a fence.
+
+    Each shard that loses WAL entries is fenced first (a new epoch and a sentinel),
+    so a writer stalled across the collection fails instead of landing in a freed
+    slot, and a job committing released positions is refused. Run it after
+    `memwal compact`, e.g. hourly; streams further behind than the retention must
+    restart.
+    """
+    from ..gc import collect
+    from ..table import MemWalTable
+
+    open_table(uri, storage)
+    done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
+                   retain_manifest_versions=retain_manifest_versions, dry_run=dry_run)
+    groups = {"wal_entries": [i for s in done.shards for i in s.entries],
+              "commit_records": done.records, "manifest_versions": done.manifests,
+              "round_intents": done.rounds}
+    if as_json:
+        emit_json({"table": uri, "dry_run": dry_run, "bytes": done.bytes,
+                    "floors": {s.shard_id: s.floor for s in done.shards},
+                    **{k: [{"key": key, "bytes": n} for key, n in v] for k, v in groups.items()}})
+        return
+    console = new_console()
+    if dry_run:
+        for key, n in done.items():
+            console.print(f"{human_size(n):>10}  {key}", soft_wrap=True)
+    verb = "would delete" if dry_run else "deleted"
+    counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in groups.items())
+    console.print(f"{uri}: {verb} {counts} ({human_size(done.bytes)})", soft_wrap=True)
