@@ -1,0 +1,1 @@
+"""Tests of the ``memwal`` CLI (memwal_datasource/cli/)."""
