@@ -27,6 +27,7 @@ from .errors import (
 )
 from .inspect_cmds import commits, inspect, manifest, shards
 from .maintain import compact, gc
+from .options_cmd import options
 from .params import TABLE_MARKERS, json_opt, open_table, resolve_shard, storage_opt
 from .render import format_value, human_size, local_time, short, short_ids
 from .survey import (
@@ -58,7 +59,7 @@ def main() -> None:
     """
 
 
-for _command in (shards, manifest, tail, commits, inspect, compact, gc):
+for _command in (shards, manifest, tail, commits, inspect, compact, gc, options):
     main.add_command(_command)
 
 
