@@ -22,17 +22,58 @@ from .options import STORAGE_PREFIX, WriteOptions, storage_options, table_path
 SHARD_COLUMN = "__memwal_sharding_value"
 
 
-def _sharding_udf(sharding: Sharding):
-    """An Arrow UDF computing each row's sharding value with Lance's own function."""
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix(h1: int, k1: int) -> int:
+    k1 = _rotl((k1 * 0xCC9E2D51) & _M32, 15) * 0x1B873593 & _M32
+    return (_rotl(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a long (Murmur3 x86_32, seed 42), as a signed int."""
+    h1 = _mix(_mix(seed, value & _M32), (value >> 32) & _M32) ^ 8
+    h1 = (h1 ^ (h1 >> 16)) * 0x85EBCA6B & _M32
+    h1 = (h1 ^ (h1 >> 13)) * 0xC2B2AE35 & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_keys(n: int) -> list[int]:
+    """``keys[p]``: the smallest long that ``repartition(n, col)`` sends to partition ``p``.
+
+    Spark's hash partitioning is ``pmod(hash(col), n)``; repartitioning on
+    the bucket itself would put two buckets in one task and leave another
+    task idle about a third of the time. Repartitioning on ``keys[bucket % n]``
+    gives each partition exactly its buckets.
+    """
+    keys: dict[int, int] = {}
+    candidate = 0
+    while len(keys) < n:
+        keys.setdefault(spark_hash_long(candidate) % n, candidate)
+        candidate += 1
+    return [keys[p] for p in range(n)]
+
+
+def _partition_key_udf(sharding: Sharding, n: int):
+    """An Arrow UDF: each row's partition key (Lance's bucket, mapped by :func:`partition_keys`)."""
     from pyspark.sql.functions import arrow_udf
-    from pyspark.sql.types import IntegerType
+    from pyspark.sql.types import LongType
 
     column = sharding.columns[0]
+    keys = pa.array(partition_keys(n), pa.int64())
 
     def values(col: pa.Array) -> pa.Array:
-        return sharding.values(pa.record_batch([col], names=[column]))
+        import pyarrow.compute as pc
 
-    return arrow_udf(values, IntegerType())
+        buckets = sharding.values(pa.record_batch([col], names=[column])).cast(pa.int64())
+        return pc.take(keys, pc.remainder(buckets, n))
+
+    return arrow_udf(values, LongType())
 
 
 def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None = None,
@@ -41,8 +82,8 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
     """``df`` repartitioned so each sharding value of the table at ``path`` is in one task.
 
     * bucket spec: the bucket is computed by Lance's ``evaluate_sharding_spec``
-      (an Arrow UDF), and rows are hash-partitioned on it into
-      ``num_partitions`` (default: the spec's ``num_buckets``) partitions;
+      (an Arrow UDF), and bucket ``b`` goes to partition ``b % num_partitions``
+      (default: the spec's ``num_buckets``, one bucket per task);
     * identity spec: hash-partitioned on the column (Spark's default number
       of shuffle partitions unless ``num_partitions``);
     * unsharded spec, or a primary-key table whose MemWAL records no spec
@@ -77,9 +118,10 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
             df.repartition(column)
     if sharding.transform != BUCKET:  # unsharded: every row goes to one shard
         return df.repartition(1)
-    value = _sharding_udf(sharding)(F.col(sharding.columns[0]))
+    n = num_partitions or sharding.num_buckets
+    value = _partition_key_udf(sharding, n)(F.col(sharding.columns[0]))
     return (df.withColumn(SHARD_COLUMN, value)
-            .repartition(num_partitions or sharding.num_buckets, SHARD_COLUMN)
+            .repartition(n, SHARD_COLUMN)
             .drop(SHARD_COLUMN))
 
 

@@ -78,6 +78,28 @@ def test_partition_for_table_puts_each_bucket_in_one_task(spark, tmp_path):
     for bucket, r in zip(buckets, placed, strict=True):
         tasks[bucket].add(r.pid)
     assert len(tasks) == 4 and all(len(p) == 1 for p in tasks.values()), tasks
+    # Bucket b in partition b: every task writes exactly one shard, none is idle.
+    assert {b: p.pop() for b, p in tasks.items()} == {b: b for b in range(4)}
+    # Fewer partitions than buckets: bucket b in partition b % n.
+    two = partition_for_table(frame(spark, 0, 400, "b"), uri, num_partitions=2)
+    placed = two.select("id", spark_partition_id().alias("pid")).collect()
+    ids = pa.array([r.id for r in placed], pa.int64())
+    buckets = sharding.values(pa.record_batch([ids], names=["id"])).to_pylist()
+    assert all(r.pid == b % 2 for b, r in zip(buckets, placed, strict=True))
+
+
+def test_spark_hash_long_is_sparks_hash(spark):
+    """partition_for_table relies on computing Spark's hash partitioning in Python."""
+    from pyspark.sql import functions as F
+
+    from memwal_datasource.spark.routing import partition_keys, spark_hash_long
+
+    values = [0, 1, -1, 7, 2**31, -(2**31) - 1, 2**40 + 7, -(2**63), 2**63 - 1]
+    rows = (spark.createDataFrame([(v,) for v in values], "v long")
+            .select("v", F.hash("v").alias("h")).collect())
+    assert [spark_hash_long(r.v) for r in rows] == [r.h for r in rows]
+    for n in (1, 3, 16, 1024):
+        assert [spark_hash_long(k) % n for k in partition_keys(n)] == list(range(n))
 
 
 def test_bucketed_pk_job_upserts_and_deletes_read_once_newest(spark, tmp_path):
