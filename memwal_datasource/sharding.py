@@ -401,7 +401,8 @@ def initialize_shard(store: ObjectStore, sharding: Sharding, shard_id: str,
 
 
 PARTITION_FIX = ("prepare the DataFrame with memwal_datasource.spark.partition_for_table(df, "
-                 "path) before df.write, so that each sharding value is written by one task")
+                 "path) before df.write (with create_options=<the write's options> when the "
+                 "write creates the table), so that each sharding value is written by one task")
 
 
 class ShardConflict(MemWalError):

@@ -11,12 +11,16 @@ import pytest
 from memwal_datasource import compact, read_table
 from memwal_datasource.options import lance_storage_options
 from memwal_datasource.table import ROW_KEY
+from tests.spark.test_writer import routed
 
 
 def append(spark, uri, opts, lo, hi, tag="", **extra):
-    """A Spark append of ids lo..hi-1 (3 partitions) to a table without a primary key."""
+    """A Spark append of ids lo..hi-1 (3 partitions); with option ``primary_key`` the
+    rows are routed by the table's sharding spec, as its users must."""
     df = spark.range(lo, hi, numPartitions=3).selectExpr(
         "id", f"concat('{tag}', cast(id as string)) as v")
+    if "primary_key" in extra:
+        df = routed(df, uri, opts, primary_key=extra["primary_key"])
     w = df.write.format("memwal").mode("append")
     for k, v in {"enable_memtable": "false", **opts, **extra}.items():
         w = w.option(k, v)

@@ -20,7 +20,7 @@ def snapshot(uri, opts) -> dict[str, int]:
 @pytest.fixture
 def existing(spark, spark_location):
     uri, opts = spark_location
-    write(frame(spark, 0, 20, 2), uri, opts, enable_memtable="false", primary_key="id")
+    write(frame(spark, 0, 20, 1), uri, opts, enable_memtable="false", primary_key="id")
     return uri, opts, snapshot(uri, opts)
 
 

@@ -11,12 +11,14 @@ from memwal_datasource.gc import collect
 from memwal_datasource.options import lance_storage_options
 from memwal_datasource.table import MemWalTable
 from tests.spark.test_stream import run_source
+from tests.spark.test_writer import routed
 
 
 def append(spark, uri, opts, lo, hi, mode="append", tag="", **extra):
     df = spark.range(lo, hi, numPartitions=3).selectExpr(
         "id", f"concat('{tag}', cast(id as string)) as v")
-    w = df.write.format("memwal").mode(mode).option("primary_key", "id")
+    w = (routed(df, uri, opts, primary_key="id").write.format("memwal").mode(mode)
+         .option("primary_key", "id"))
     for k, v in {"enable_memtable": "false", **opts, **extra}.items():
         w = w.option(k, v)
     w.save(uri)

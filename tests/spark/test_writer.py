@@ -11,10 +11,12 @@ from pyspark.sql.utils import AnalysisException
 
 from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import Fenced
+from memwal_datasource.sharding import ShardConflict, table_sharding
+from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
+from memwal_datasource.table import create_table, open_table
 from memwal_datasource.wal import WalTailer
 
 MODES = ["false", "true"]  # enable_memtable
@@ -23,6 +25,21 @@ MODES = ["false", "true"]  # enable_memtable
 def frame(spark, start, n, parts=4):
     return spark.range(start, start + n, numPartitions=parts).selectExpr(
         "id", "cast(id * 2 as string) as v")
+
+
+# A primary-key table bucketed into 4 shards (test frames have 4 partitions).
+BUCKETS_4 = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": "4"}
+
+
+def storage_of(opts) -> dict[str, str]:
+    """Lance's storage options from the tests' ``storage.<name>`` write options."""
+    return {k[len("storage."):]: v for k, v in opts.items()}
+
+
+def routed(df, uri, opts, **create):
+    """``df`` as a user prepares it for a primary-key table: ``partition_for_table``,
+    creating the table (with the ``create`` write options) if it is missing."""
+    return partition_for_table(df, uri, storage_options=opts, create_options=create or None)
 
 
 def write(df, uri, opts, mode="append", **extra):
@@ -57,14 +74,14 @@ def tailer_ids(uri, opts) -> list[int]:
 @pytest.mark.parametrize("memtable", MODES)
 def test_rows_written_equal_rows_read(spark, spark_location, memtable):
     uri, opts = spark_location
-    write(frame(spark, 0, 5000), uri, opts, enable_memtable=memtable, primary_key="id",
-          max_wal_flush_interval_ms="20")
+    write(routed(frame(spark, 0, 5000), uri, opts, **BUCKETS_4), uri, opts,
+          enable_memtable=memtable, max_wal_flush_interval_ms="20", **BUCKETS_4)
     got = read(spark, uri, opts).collect()
     assert sorted(r.id for r in got) == list(range(5000))
     assert all(r.v == str(r.id * 2) for r in got)
     assert sorted(tailer_ids(uri, opts)) == list(range(5000))
-    # A second job appends; the shard set stays bounded (same partitions -> same shards).
-    write(frame(spark, 5000, 1000), uri, opts, enable_memtable=memtable)
+    # A second job appends; the shard set stays bounded (same buckets -> same shards).
+    write(routed(frame(spark, 5000, 1000), uri, opts), uri, opts, enable_memtable=memtable)
     meta = read(spark, uri, opts, metadata_columns="true")
     assert meta.count() == 6000
     assert meta.select("_shard_id").distinct().count() == 4
@@ -75,12 +92,17 @@ def test_rows_written_equal_rows_read(spark, spark_location, memtable):
 
 def fail_first_attempt(df, at_id_mod, n_per_part):
     """A UDF that raises on attempt 0 late in each partition (after durable entries)."""
+    return fail_first_attempt_at(df, lambda i: i % n_per_part == at_id_mod)
+
+
+def fail_first_attempt_at(df, hit):
+    """A UDF that raises on attempt 0 at each id for which ``hit(id)`` is true."""
     from pyspark import TaskContext
     from pyspark.sql.functions import col, udf
 
     @udf("long")
     def boom(i):
-        if TaskContext.get().attemptNumber() == 0 and i % n_per_part == at_id_mod:
+        if TaskContext.get().attemptNumber() == 0 and hit(i):
             raise RuntimeError(f"injected failure at id {i}")
         return i
 
@@ -92,10 +114,18 @@ def fail_first_attempt(df, at_id_mod, n_per_part):
 def test_exactly_once_when_first_attempts_fail_mid_write(spark, spark_location, memtable):
     uri, opts = spark_location
     n_per_part, parts = 100_000, 2
-    df = frame(spark, 0, n_per_part * parts, parts)
-    # durable_write=true: the first attempts have durable entries when they fail.
-    write(fail_first_attempt(df, 90_000, n_per_part), uri, opts, enable_memtable=memtable,
-          primary_key="id", max_wal_flush_interval_ms="10", durable_write="true")
+    pk = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": str(parts)}
+    df = routed(frame(spark, 0, n_per_part * parts, parts), uri, opts, **pk)
+    # One failing id per bucket (so per task), after ~45,000 of the task's rows: the
+    # first attempts have durable entries (durable_write=true) when they fail.
+    sharding = table_sharding(open_table(uri, storage_of(opts)))
+    late = pa.array(range(90_000, 90_100), pa.int64())
+    buckets = sharding.values(pa.record_batch([late], names=["id"])).to_pylist()
+    fail_at = frozenset({b: i for i, b in reversed(list(zip(late.to_pylist(), buckets,
+                                                                strict=True)))}.values())
+    assert len(fail_at) == parts
+    write(fail_first_attempt_at(df, fail_at.__contains__), uri, opts, enable_memtable=memtable,
+          max_wal_flush_interval_ms="10", durable_write="true", **pk)
     committed = read(spark, uri, opts)
     assert committed.count() == n_per_part * parts
     assert committed.select("id").distinct().count() == n_per_part * parts
@@ -103,11 +133,12 @@ def test_exactly_once_when_first_attempts_fail_mid_write(spark, spark_location, 
     # The failed first attempts left durable entries behind: the raw log shows them...
     assert raw.count() > n_per_part * parts
     epochs = {r._writer_epoch for r in raw.select("_writer_epoch").distinct().collect()}
-    # MemTable mode: the retry's fence claims epoch 2 before pylance's writer claims 3.
-    retried = 3 if memtable == "true" else 2
-    assert epochs == {1, retried}
+    # MemTable mode: each attempt's fence claims an epoch before pylance's writer claims
+    # the next (1 then 2; the retry 3 then 4).
+    first, retried = (2, 4) if memtable == "true" else (1, 2)
+    assert epochs == {first, retried}
     # ...and the commit record lists only the retried attempts.
-    store = open_store(uri, {k[8:]: v for k, v in opts.items()})
+    store = open_store(uri, storage_of(opts))
     (rec,) = CommitLog(store).records()
     assert sorted((r.epoch, r.attempt) for r in rec.ranges) == [(retried, 1), (retried, 1)]
 
@@ -151,8 +182,9 @@ def test_concurrent_attempts_older_is_fenced_and_not_committed(spark, spark_loca
     def old_attempt():
         try:
             outcome["old"] = writer.write(iter(old_input))
-        except Fenced as exc:
-            outcome["old_error"] = exc
+        except ShardConflict as exc:  # routed shard: names the fixes, chains Fenced
+            assert isinstance(exc.__cause__, Fenced)
+            outcome["old_error"] = exc.__cause__
 
     t = threading.Thread(target=old_attempt)
     t.start()
@@ -160,12 +192,14 @@ def test_concurrent_attempts_older_is_fenced_and_not_committed(spark, spark_loca
     # A newer attempt of the same task (same job, same partition) takes the lease over,
     # writes the same shard and fences the old attempt.
     new_msg = writer.write(iter(batches(1000)))
-    assert new_msg.shard_id == writer.opts.shard_for(0)
+    # The table records no sharding spec: every row of the PK table goes to one shard.
+    (new,) = new_msg.shards
     old_input.go.set()
     t.join(60)
     assert "old_error" in outcome and "old" not in outcome
+    assert outcome["old_error"].shard_id == new.shard_id
     # MemTable mode: our fence claims an epoch before pylance's writer claims its own.
-    assert new_msg.epoch == outcome["old_error"].local_epoch + (2 if memtable == "true" else 1)
+    assert new.epoch == outcome["old_error"].local_epoch + (2 if memtable == "true" else 1)
     writer.commit([new_msg])
     ids = sorted(r.id for r in read(spark, uri, opts).collect())
     assert ids == list(range(1000, 1030))
