@@ -316,10 +316,13 @@ def test_a_spark_write_read_and_refused_write_show_no_credential(spark, tmp_path
     from pyspark.errors import PySparkException
     from pyspark.sql.utils import AnalysisException
 
+    from memwal_datasource.spark import partition_for_table
+
     uri = str(tmp_path / "t.lance")
     values = {f"storage.{n}": fresh_secret() for n in NAMES}
     df = spark.range(0, 20, numPartitions=2).selectExpr("id", "cast(id as string) as v")
     options = {"enable_memtable": "false", "primary_key": "id", **values}
+    df = partition_for_table(df, uri, storage_options=values, create_options=options)
     df.write.format("memwal").mode("append").options(**options).save(uri)
     assert spark.read.format("memwal").options(**values).load(uri).count() == 20
     with pytest.raises((AnalysisException, PySparkException)) as info:
