@@ -78,11 +78,16 @@ def procs(table, pid: str, chain: str) -> list[list]:
 
 
 def run_mode(spark, uri: str, memtable: str) -> dict:
+    from memwal_datasource.spark import partition_for_table
+
     df = (spark.range(0, ROWS, numPartitions=PARTS)
           .selectExpr("id", "cast(id * 2 as string) as v")
           .mapInArrow(tag_with_process, "id long, v string, pid long, lineage string"))
-    (df.write.format("memwal").mode("append")
-       .option("enable_memtable", memtable).option("primary_key", "id")
+    # A primary-key table: one bucket per task, as partition_for_table prepares it.
+    sharded = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": str(PARTS)}
+    df = partition_for_table(df, uri, create_options=sharded)
+    (df.write.format("memwal").mode("append").options(**sharded)
+       .option("enable_memtable", memtable)
        .option("max_wal_flush_interval_ms", "20")
        .save(uri))
 
