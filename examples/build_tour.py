@@ -88,16 +88,24 @@ for start in (0, 10_000):
 print("events, committed rows:", spark.read.format("memwal").load(events).count())"""),
     ("md", """\
 A table with a **primary key** (`primary_key`, used when the table is created)
-can be written in **MemTable mode** (`enable_memtable=true`): pylance's native
-shard writer also flushes rows into SSTables. With a key, a later row
-*replaces* an earlier one: the WAL-tail read returns every committed row, the
-whole-table view (`view=table`) the newest row per key."""),
+is written in **MemTable mode** by default: pylance's native shard writer also
+flushes rows into SSTables. With a key, a later row *replaces* an earlier one:
+the WAL-tail read returns every committed row, the whole-table view
+(`view=table`) the newest row per key.
+
+Lance keeps all rows of one key in one shard, chosen by the table's sharding
+spec: a new primary-key table gets `bucket(id, 16)`. Spark cannot be told to
+send each bucket to one task, so `partition_for_table` prepares the DataFrame
+(and, with `create_options`, creates the table as the write would); a job in
+which two tasks wrote one bucket is refused and commits nothing."""),
     ("code", """\
+from memwal_datasource.spark import partition_for_table
+
 people = spark.range(0, 5_000, numPartitions=2).selectExpr("id", "concat('user-', id) AS name")
-(people.write.format("memwal").mode("append")
-   .option("primary_key", "id").option("enable_memtable", "true").save(users))
+(partition_for_table(people, users, create_options={"primary_key": "id"})
+   .write.format("memwal").mode("append").option("primary_key", "id").save(users))
 renamed = spark.range(0, 1_000, numPartitions=2).selectExpr("id", "concat('renamed-', id) AS name")
-(renamed.write.format("memwal").mode("append").option("enable_memtable", "true").save(users))
+partition_for_table(renamed, users).write.format("memwal").mode("append").save(users)
 
 tail = spark.read.format("memwal").load(users)
 whole = spark.read.format("memwal").option("view", "table").load(users)

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 from memwal_datasource import MemWalDataSource  # noqa: E402
 from memwal_datasource.commit import CommitLog  # noqa: E402
 from memwal_datasource.manifest import ManifestStore, list_shards  # noqa: E402
+from memwal_datasource.spark import partition_for_table  # noqa: E402
 from memwal_datasource.store import open_store  # noqa: E402
 
 
@@ -43,10 +44,12 @@ def main() -> None:
         df = spark.range(start, start + rows, numPartitions=4).selectExpr(
             "id", "concat('event-', id) AS payload", "id % 7 AS kind")
         t0 = time.perf_counter()
-        (df.write.format("memwal").mode("append")
+        # A primary-key table is sharded by bucket(id, 16): one task per bucket.
+        create = {"primary_key": "id", **storage}  # used when the table is created
+        (partition_for_table(df, uri, storage_options=storage, create_options=create)
+         .write.format("memwal").mode("append")
          .option("enable_memtable", mode)          # false: our WAL-only pipeline
-         .option("primary_key", "id")              # used when the table is created
-         .options(**storage)
+         .options(**create)
          .save(uri))
         secs = time.perf_counter() - t0
         label = "WAL-only" if mode == "false" else "MemTable (pylance native)"
