@@ -33,6 +33,7 @@ from pyspark.sql.datasource import (
 
 from memwal_datasource import MemWalDataSource
 from memwal_datasource.commit import CommitLog
+from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import ReadOptions
 from memwal_datasource.spark.reader import plan_partitions, read_partition
 from memwal_datasource.store import LocalStore
@@ -265,7 +266,11 @@ def bench_spark_write(ctx: BenchContext) -> dict[str, Any]:
         def memwal(label: str, **opts: str):
             def run(r: int) -> dict[str, Any]:
                 root = ctx.scratch(f"sw_{label}_{r}")
-                path, w = str(root / "t.lance"), df.write.format("memwal").mode("append")
+                path, src = str(root / "t.lance"), df
+                if "primary_key" in opts:  # one bucket per task, as a PK table needs
+                    src = partition_for_table(df, path, create_options=opts,
+                                              num_partitions=df.rdd.getNumPartitions())
+                w = src.write.format("memwal").mode("append")
                 for k, v in opts.items():
                     w = w.option(k, v)
                 out = _timed(lambda: w.save(path))
