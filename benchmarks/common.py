@@ -340,6 +340,25 @@ class BenchContext:
         return p
 
 
+def fsync_tree(root: Path) -> None:
+    """fsync every file under ``root``, then every directory (so names are durable too)."""
+    dirs = []
+    for here, _subdirs, files in os.walk(root):
+        dirs.append(here)
+        for name in files:
+            fd = os.open(os.path.join(here, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for d in reversed(dirs):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class Stopwatch:
     """``with Stopwatch() as t: ...``; then ``t.seconds``."""
 

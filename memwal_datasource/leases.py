@@ -304,8 +304,10 @@ class Leases:
         hooks.point("lease.before_put", shard=lease.shard, generation=lease.generation,
                     kind=kind, job_id=lease.holder.job_id, partition=lease.holder.partition)
         key = self._key(lease.shard, lease.generation)
+        # No fsync: a lease only saves a fenced retry (the epoch claim is the
+        # guarantee), so one lost to a power cut costs at most that retry.
         if not put_resolved(self.store, key, lease.encode(), retries=self.retries,
-                            base_delay_ms=self.retry_base_delay_ms,
+                            base_delay_ms=self.retry_base_delay_ms, sync=False,
                             what=f"shard {lease.shard} lease generation {lease.generation}"):
             return False
         # Listing again costs one request and guards against a stale listing.
