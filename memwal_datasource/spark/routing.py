@@ -1,4 +1,4 @@
-"""Getting rows to the right shard from Spark: ``partition_for_table`` and delete checks.
+"""Getting rows to the right shard from Spark: ``partition_for_table``.
 
 Spark's Python writers cannot ask Spark for a distribution, and on a table
 with a sharding spec Lance's rule is one sharding value, one shard, one
@@ -13,10 +13,9 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from ..errors import ConfigError
 from ..sharding import BUCKET, IDENTITY, Sharding, table_sharding
-from ..table import open_table, primary_key_of, table_exists
-from .options import STORAGE_PREFIX, WriteOptions, storage_options, table_path
+from ..table import open_table, table_exists
+from .options import STORAGE_PREFIX, storage_options, table_path
 
 # The column partition_for_table adds (and drops again) to repartition on.
 SHARD_COLUMN = "__memwal_sharding_value"
@@ -139,57 +138,3 @@ def _create_like_write(df, uri: str, storage: Mapping[str, str],
 def storage_options_of(options: Mapping[str, str]) -> dict[str, str]:
     """Lance-named storage options, aliases folded (as the write options do)."""
     return storage_options({f"{STORAGE_PREFIX}{k}": v for k, v in options.items()})
-
-
-def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
-    """Driver checks of ``operation=delete``; returns the table's schema.
-
-    The DataFrame must carry the primary-key columns (and the sharding
-    column, if the table is sharded by another one), with the table's types;
-    its other columns are ignored. Delete markers hold nulls in the table's
-    other columns (zero values in non-nullable ones).
-    """
-    from .source import table_schema_for
-    from .writer import placeholder
-
-    if not table_exists(opts.path, opts.storage):
-        raise ConfigError(f"option 'operation=delete': there is no table at {opts.path} to "
-                          "delete from")
-    table = open_table(opts.path, opts.storage)
-    schema = table.schema
-    pk = primary_key_of(schema)
-    if not pk:
-        raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
-                          f"{opts.path} has none: deletes are markers for keys")
-    incoming = table_schema_for(spark_schema)
-    sharding = table_sharding(table)
-    by = sharding.columns if sharding else ()
-    need = list(pk) + [c for c in by if c not in pk]
-    missing = [c for c in need if c not in incoming.names]
-    if missing:
-        raise ConfigError(f"option 'operation=delete': the DataFrame must carry column(s) "
-                          f"{missing} (the primary key{' and sharding column' if by else ''} "
-                          f"of the table at {opts.path}); it has {incoming.names}")
-    for name in need:
-        got, want = incoming.field(name).type, schema.field(name).type
-        if not got.equals(want) and not _castable(got, want):
-            raise ConfigError(f"option 'operation=delete': column '{name}' is {got} in the "
-                              f"DataFrame but {want} in the table")
-    for f in schema:
-        if not f.nullable and f.name not in pk:
-            try:
-                placeholder(f.type, 1)
-            except ValueError:
-                raise ConfigError(
-                    f"option 'operation=delete': column '{f.name}' of the table at {opts.path} "
-                    f"is a non-nullable {f.type}; a delete marker must hold a value there and "
-                    "this type has no zero value to use") from None
-    return schema
-
-
-def _castable(got: pa.DataType, want: pa.DataType) -> bool:
-    from ..table import same_logical_type
-
-    if same_logical_type(got, want):
-        return True
-    return pa.types.is_timestamp(got) and pa.types.is_timestamp(want) and got.unit == want.unit

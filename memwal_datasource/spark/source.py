@@ -37,9 +37,9 @@ from ..table import (
     table_exists,
     without_row_key,
 )
+from .deletes import prepare_delete
 from .options import ReadOptions, WriteOptions
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
-from .routing import prepare_delete
 from .stream import MemWalStreamReader, refuse_unsupported
 from .writer import (
     MemWalBatchWriter,

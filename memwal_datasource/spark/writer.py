@@ -47,8 +47,9 @@ from ..sharding import (
     table_sharding,
 )
 from ..store import open_store
-from ..table import TOMBSTONE, open_table, primary_key_of
+from ..table import open_table, primary_key_of
 from ..writer import ShardWriter, open_shard_writer
+from .deletes import tombstone_schema, tombstones
 from .options import WriteOptions
 
 log = logging.getLogger("memwal_datasource")
@@ -139,54 +140,6 @@ class MemWalCommitMessage(WriterCommitMessage):
         ranges = ([s.committed_range(self.partition_id, self.attempt) for s in self.shards]
                   if self.shards else [self.committed_range()])
         return [r for r in ranges if r is not None]
-
-
-def placeholder(t: pa.DataType, n: int) -> pa.Array:
-    """``n`` zero values of ``t``: what a delete marker holds in a non-nullable non-key column.
-
-    Readers ignore a marker's non-key values; a null would break the column's
-    declared nullability (and pylance's replay), so a zero value stands in.
-    Raises ``ValueError`` for types without an obvious zero (nested types).
-    """
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return pa.array([""] * n, t)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return pa.array([b""] * n, t)
-    if pa.types.is_boolean(t):
-        return pa.array([False] * n, t)
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return pa.array([0] * n, t)
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return pa.array([0] * n, pa.int32()).cast(t)
-    if pa.types.is_temporal(t):
-        return pa.array([0] * n, pa.int64()).cast(t)
-    raise ValueError(f"no zero value for type {t}")
-
-
-def tombstones(batch: pa.RecordBatch, schema: pa.Schema, keys: tuple[str, ...]) -> pa.RecordBatch:
-    """Delete markers for the keys in ``batch``: key columns, then ``_tombstone=true``.
-
-    ``schema`` is the writer's schema (the table's columns, then ``_tombstone``).
-    Other columns hold nulls (zero values where the table declares them
-    non-nullable); the DataFrame's other columns are ignored, as pylance's
-    ``ShardWriter.delete`` ignores them.
-    """
-    n = batch.num_rows
-    cols = []
-    for f in schema:
-        if f.name == TOMBSTONE:
-            cols.append(pa.repeat(True, n))
-        elif f.name in keys:
-            col = batch.column(f.name)
-            cols.append(col if col.type.equals(f.type) else col.cast(f.type))
-        else:
-            cols.append(pa.nulls(n, f.type) if f.nullable else placeholder(f.type, n))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
-def tombstone_schema(table: pa.Schema) -> pa.Schema:
-    """The writer schema of delete markers: the table's columns, then ``_tombstone``."""
-    return table.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
 
 
 @dataclass(frozen=True)
