@@ -28,6 +28,12 @@ from .render import (
 from .survey import ShardInfo, record_json, status_name, stored_records, survey
 
 
+def table_command(f):
+    """A read-only command on the table at PATH, with ``--json`` and ``--storage``."""
+    return click.command(epilog=EPILOG)(
+        click.argument("uri", metavar="PATH")(json_opt(storage_opt(f))))
+
+
 def shards_table(infos: list[ShardInfo], lag: bool) -> Table:
     cols = ["shard", "status", "epoch", "WAL", "committed"]
     cols += ["uncommitted"] if lag else []
@@ -45,10 +51,7 @@ def shards_table(infos: list[ShardInfo], lag: bool) -> Table:
     return table
 
 
-@click.command(epilog=EPILOG)
-@click.argument("uri", metavar="PATH")
-@json_opt
-@storage_opt
+@table_command
 def shards(uri: str, as_json: bool, storage: dict[str, str]) -> None:
     """List shards: status, epoch, WAL positions, commits, SSTables."""
     store = open_table(uri, storage)
@@ -101,10 +104,7 @@ def manifest(uri: str, shard: str, as_json: bool, storage: dict[str, str]) -> No
     new_console().print(table)
 
 
-@click.command(epilog=EPILOG)
-@click.argument("uri", metavar="PATH")
-@json_opt
-@storage_opt
+@table_command
 def commits(uri: str, as_json: bool, storage: dict[str, str]) -> None:
     """List commit records (what committed readers see)."""
     store = open_table(uri, storage)
@@ -164,10 +164,7 @@ def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
         return None
 
 
-@click.command(epilog=EPILOG)
-@click.argument("uri", metavar="PATH")
-@json_opt
-@storage_opt
+@table_command
 def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
     """One-screen summary: shards, commits, lag, SSTables."""
     store = open_table(uri, storage)
