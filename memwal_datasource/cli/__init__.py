@@ -1,6 +1,8 @@
 """``memwal``: inspect a table's MemWAL: shards, manifests, the WAL, commit records.
 
-Every command is read-only: none claims an epoch or writes a file. Storage
+Every command but ``compact`` and ``gc`` is read-only: none claims an epoch or
+writes a file; those two run the fenced maintenance steps (``--dry-run`` shows
+what they would do). Storage
 options come from ``--storage key=value`` (Lance names, e.g. ``aws_endpoint``)
 and, for S3, the standard AWS environment variables. Every command takes
 ``--json`` for machine-readable output with stable keys and raw numbers;
@@ -52,7 +54,7 @@ __all__ = [
 @click.group(cls=CliGroup, epilog=EPILOG)
 @click.version_option(package_name="memwal_datasource")
 def main() -> None:
-    """Inspect a Lance table's MemWAL (read-only).
+    """Inspect a Lance table's MemWAL; compact and collect it (compact, gc).
 
     PATH is the table's root: a local path, file://... or s3://bucket/prefix.
     SHARD is a shard UUID or its first characters as tables print them.
