@@ -288,26 +288,23 @@ def bench_spark_write(ctx: BenchContext) -> dict[str, Any]:
         def noop(r: int) -> dict[str, Any]:
             return _timed(lambda: df.write.format("noop_arrow").mode("append").save())
 
-        def parquet(r: int) -> dict[str, Any]:
-            root = ctx.scratch(f"sw_parquet_{r}")
-            out = _timed(lambda: df.write.mode("overwrite").parquet(str(root / "p")))
-            rm_tree(root)
-            return out
+        def parquet(label: str, durable: bool):
+            def run(r: int) -> dict[str, Any]:
+                root = ctx.scratch(f"sw_{label}_{r}")
 
-        def durable_parquet(r: int) -> dict[str, Any]:
-            # Spark's committer never fsyncs; memwal's rows are durable when save() returns.
-            root = ctx.scratch(f"sw_parquet_sync_{r}")
+                def write() -> None:
+                    df.write.mode("overwrite").parquet(str(root / "p"))
+                    if durable:  # Spark's committer never fsyncs; memwal's rows are durable
+                        fsync_tree(root / "p")
 
-            def write_then_sync() -> None:
-                df.write.mode("overwrite").parquet(str(root / "p"))
-                fsync_tree(root / "p")
-
-            out = _timed(write_then_sync)
-            rm_tree(root)
-            return out
+                out = _timed(write)
+                rm_tree(root)
+                return out
+            return run
 
         competitors = {W_WAL: memwal("wal", enable_memtable="false"), W_NOOP: noop,
-                       W_PARQUET: parquet, W_PARQUET_SYNC: durable_parquet}
+                       W_PARQUET: parquet("parquet", durable=False),
+                       W_PARQUET_SYNC: parquet("parquet_sync", durable=True)}
         if ctx.full:
             competitors[W_MEMT] = memwal("memt", enable_memtable="true", primary_key="id")
         for batch_rows in BATCH_ROWS:

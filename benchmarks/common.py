@@ -342,21 +342,20 @@ class BenchContext:
 
 def fsync_tree(root: Path) -> None:
     """fsync every file under ``root``, then every directory (so names are durable too)."""
-    dirs = []
-    for here, _subdirs, files in os.walk(root):
-        dirs.append(here)
-        for name in files:
-            fd = os.open(os.path.join(here, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for d in reversed(dirs):
-        fd = os.open(d, os.O_RDONLY)
+    def fsync(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    dirs = []
+    for here, _subdirs, files in os.walk(root):
+        dirs.append(here)
+        for name in files:
+            fsync(os.path.join(here, name))
+    for d in reversed(dirs):
+        fsync(d)
 
 
 class Stopwatch:

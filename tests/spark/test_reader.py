@@ -15,13 +15,9 @@ from memwal_datasource.store import open_store
 from memwal_datasource.table import create_table
 from memwal_datasource.wal import WalAppender
 from memwal_datasource.writer import open_shard_writer
-from tests.spark.test_writer import fail_first_attempt, frame, read, write
+from tests.spark.test_writer import fail_first_attempt, frame, read, storage_of, write
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
-
-
-def storage(opts):
-    return {k[len("storage."):]: v for k, v in opts.items()}
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
@@ -101,13 +97,13 @@ def test_read_partition_skips_entries_of_other_epochs(tmp_path):
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_entries_of_the_native_writer_are_read(spark, spark_location):
     uri, opts = spark_location
-    table = create_table(uri, SCHEMA, ["id"], storage(opts)).schema
+    table = create_table(uri, SCHEMA, ["id"], storage_of(opts)).schema
     shard = "6f1c1e1e-0000-4000-8000-000000000003"
     cfg = ShardWriterConfig(enable_memtable=True, max_wal_flush_interval_ms=10)
-    with open_shard_writer(uri, shard, table, cfg, storage(opts)) as w:
+    with open_shard_writer(uri, shard, table, cfg, storage_of(opts)) as w:
         w.put(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
     stats = w.stats()
-    CommitLog(open_store(uri, storage(opts))).append(APPEND, [CommittedRange(
+    CommitLog(open_store(uri, storage_of(opts))).append(APPEND, [CommittedRange(
         shard, stats.epoch, stats.first_wal_position, stats.last_wal_position, 3)])
     df = read(spark, uri, opts)
     assert df.columns == ["id", "v"]  # the native _tombstone column is not a data column

@@ -17,7 +17,7 @@ from memwal_datasource.spark import partition_for_table
 from memwal_datasource.store import open_store
 from memwal_datasource.table import MemWalTable, read_table
 from memwal_datasource.wal import WalTailer
-from tests.spark.test_writer import read, write
+from tests.spark.test_writer import read, storage_of, write
 
 BUCKETED = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": "4"}
 
@@ -28,13 +28,9 @@ def frame(spark, ids_from, n, tag, parts=4):
             .selectExpr("id", f"concat('{tag}-', id) as v").repartition(parts))
 
 
-def storage(opts):
-    return {k[len("storage."):]: v for k, v in opts.items()}
-
-
 def shards_of_keys(uri, opts) -> dict[int, set[str]]:
     """key -> every shard whose WAL holds a row (or marker) for it."""
-    store = open_store(uri, storage(opts))
+    store = open_store(uri, storage_of(opts))
     where = defaultdict(set)
     for shard in list_shards(store):
         for _pos, entry in WalTailer(store, shard).entries(1):
@@ -163,7 +159,7 @@ def test_sharded_upserts_and_deletes_on_s3(spark, spark_location):
     doomed = spark.range(100, 120, numPartitions=2)
     write(partition_for_table(doomed, uri, opts), uri, {}, operation="delete", **opts)
     want = {i: f"{'new' if i < 60 else 'old'}-{i}" for i in range(100)}
-    table = read_table(uri, storage(opts)).to_pylist()
+    table = read_table(uri, storage_of(opts)).to_pylist()
     assert {r["id"]: r["v"] for r in table} == want and len(table) == 100
     assert all(len(s) == 1 for s in shards_of_keys(uri, opts).values())
     # The WAL-tail read is the log: markers only when asked for, as _tombstone rows.

@@ -58,8 +58,7 @@ def read(spark, uri, opts, **extra):
 
 def tailer_ids(uri, opts) -> list[int]:
     """Every data row in the raw WAL, straight from the tailer (no Spark)."""
-    storage = {k[len("storage."):]: v for k, v in opts.items()}
-    store = open_store(uri, storage)
+    store = open_store(uri, storage_of(opts))
     ids = []
     from memwal_datasource.manifest import list_shards
 
@@ -85,7 +84,7 @@ def test_rows_written_equal_rows_read(spark, spark_location, memtable):
     meta = read(spark, uri, opts, metadata_columns="true")
     assert meta.count() == 6000
     assert meta.select("_shard_id").distinct().count() == 4
-    rec = list(CommitLog(open_store(uri, {k[8:]: v for k, v in opts.items()})).records())
+    rec = list(CommitLog(open_store(uri, storage_of(opts))).records())
     assert [r.kind for r in rec] == ["append", "append"]
     assert sum(x.rows for x in rec[0].ranges) == 5000
 
@@ -121,8 +120,10 @@ def test_exactly_once_when_first_attempts_fail_mid_write(spark, spark_location, 
     sharding = table_sharding(open_table(uri, storage_of(opts)))
     late = pa.array(range(90_000, 90_100), pa.int64())
     buckets = sharding.values(pa.record_batch([late], names=["id"])).to_pylist()
-    fail_at = frozenset({b: i for i, b in reversed(list(zip(late.to_pylist(), buckets,
-                                                                strict=True)))}.values())
+    first_late: dict[int, int] = {}
+    for i, b in zip(late.to_pylist(), buckets, strict=True):
+        first_late.setdefault(b, i)
+    fail_at = frozenset(first_late.values())
     assert len(fail_at) == parts
     write(fail_first_attempt_at(df, fail_at.__contains__), uri, opts, enable_memtable=memtable,
           max_wal_flush_interval_ms="10", durable_write="true", **pk)
