@@ -23,9 +23,9 @@ from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import read_table, with_primary_key
+from memwal_datasource.table import open_table, read_table, with_primary_key
 from tests.spark.test_sharding import frame, lsm_rows, shards_of_keys
-from tests.spark.test_writer import write
+from tests.spark.test_writer import storage_of, write
 
 MEM = {"enable_memtable": "true", "max_wal_flush_interval_ms": "20"}
 
@@ -154,3 +154,27 @@ def test_specless_pk_table_from_spark_goes_through_one_partition(spark, tmp_path
     assert {r["id"]: r["v"] for r in table} == want and len(table) == 400
     with pytest.raises(Exception, match="partition_for_table"):
         write(frame(spark, 0, 50, "c", parts=2), uri, {}, enable_memtable="false")
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_default_pk_table_upserts_from_spread_keys_on_each_store(spark, spark_location):
+    """No sharding options, keys spread over every partition, local disk and S3: the table
+    gets bucket(id, 16), every key is in one shard, the newest value wins, and a job that
+    skips partition_for_table is refused with the fix and commits nothing."""
+    uri, opts = spark_location
+    create = {"primary_key": "id", **MEM}
+    write(partition_for_table(frame(spark, 0, 300, "old"), uri, opts, create_options=create),
+          uri, opts, **create)
+    sharding = table_sharding(open_table(uri, storage_of(opts)))
+    assert (sharding.transform, sharding.num_buckets, sharding.columns) == \
+        ("bucket", DEFAULT_NUM_BUCKETS, ("id",))
+    write(partition_for_table(frame(spark, 100, 300, "new"), uri, opts), uri, opts, **MEM)
+    assert all(len(s) == 1 for s in shards_of_keys(uri, opts).values())
+    want = {i: f"old-{i}" for i in range(100)} | {i: f"new-{i}" for i in range(100, 400)}
+    rows = read_table(uri, storage_of(opts)).to_pylist()
+    assert {r["id"]: r["v"] for r in rows} == want and len(rows) == len(want)
+    records = len(list(CommitLog(open_store(uri, storage_of(opts))).records()))
+    with pytest.raises(Exception, match="partition_for_table"):
+        write(frame(spark, 0, 50, "lost"), uri, opts, **MEM)
+    assert len(list(CommitLog(open_store(uri, storage_of(opts))).records())) == records
+    assert {r["id"]: r["v"] for r in read_table(uri, storage_of(opts)).to_pylist()} == want
