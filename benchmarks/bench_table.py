@@ -148,6 +148,13 @@ class CountingStore(ObjectStore):
         self.calls["list"] += 1
         return self.inner.list_dirs(prefix)
 
+    def modified_ms(self, key: str) -> int | None:
+        self.calls["head"] += 1
+        return self.inner.modified_ms(key)
+
+    def now_ms(self) -> int:
+        return self.inner.now_ms()
+
     def delete(self, key: str) -> None:
         self.calls["delete"] += 1
         self.inner.delete(key)

@@ -11,17 +11,29 @@ from __future__ import annotations
 # name on the package, which would replace the function with the module.
 from . import compact as _compact_module  # noqa: F401
 from .config import ShardWriterConfig
-from .errors import ConfigError, Fenced, MemWalError, ShardSealedError, WriterPoisoned
+from .errors import (
+    CollectedError,
+    CommitRefused,
+    ConfigError,
+    Fenced,
+    MemWalError,
+    MissingEntryError,
+    ShardSealedError,
+    WriterPoisoned,
+)
 from .table import MemWalTable, read_table
 from .writer import open_shard_writer
 
 __version__ = "0.1.0"
 __all__ = [
+    "CollectedError",
+    "CommitRefused",
     "ConfigError",
     "Fenced",
     "MemWalDataSource",
     "MemWalError",
     "MemWalTable",
+    "MissingEntryError",
     "ShardSealedError",
     "ShardWriterConfig",
     "WriterPoisoned",

@@ -30,6 +30,7 @@ otherwise write that number again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -38,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 from . import hooks
-from .errors import CorruptEntryError, MemWalError
+from .errors import CommitRefused, CorruptEntryError, MemWalError  # noqa: F401 - re-exported
 from .store import ObjectStore, put_resolved
 from .wal import first_missing
 
@@ -50,6 +51,11 @@ LAST_CHECKPOINT_KEY = f"{COMMITS_DIR}/_last_checkpoint.json"
 RECORD_FORMAT = 1
 CHECKPOINT_FORMAT = 1
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
+# A commit re-checks its sequence number, floors and epochs when more than this passed
+# since it last checked (a stalled committer). Garbage collection never deletes a
+# record younger than twice this (see gc.MIN_RETAIN_SECONDS).
+COMMIT_DEADLINE_S = 10.0
+RECENT = 256  # record digests a checkpoint keeps, so a stalled committer can tell its own
 APPEND = "append"
 OVERWRITE = "overwrite"
 # A garbage collection: ``extra["floors"]`` maps shards to the first WAL position it
@@ -119,6 +125,10 @@ class CommitRecord:
         body["ranges"] = [_range_to_dict(r) for r in self.ranges]
         return json.dumps(body, sort_keys=True).encode()
 
+    def digest(self) -> str:
+        """A short fingerprint of the record (checkpoints keep the recent ones)."""
+        return hashlib.sha256(self.to_json()).hexdigest()[:16]
+
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitRecord:
         """Parse a stored record; the error names where it came from."""
@@ -181,11 +191,21 @@ class Checkpoint:
     last_overwrite: int | None = None
     created_ms: int = 0
     floors: dict[str, int] = field(default_factory=dict)  # shard: first WAL position kept
+    epochs: dict[str, int] = field(default_factory=dict)  # shard: highest committed epoch
+    recent: dict[int, str] = field(default_factory=dict)  # sequence: record digest
+    last_data: int = 0  # the last record that is not a gc record (compaction's work)
 
     def fold(self, rec: CommitRecord) -> None:
         """Apply the next record, ``sequence + 1``."""
         self.sequence += 1
         self.records += 1
+        self.recent[self.sequence] = rec.digest()
+        if rec.kind != GC:
+            self.last_data = self.sequence
+        if len(self.recent) > RECENT:
+            del self.recent[min(self.recent)]
+        for r in rec.ranges:
+            self.epochs[r.shard_id] = max(r.epoch, self.epochs.get(r.shard_id, 0))
         if rec.kind == GC:
             for shard, floor in rec.extra.get("floors", {}).items():
                 self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
@@ -205,12 +225,13 @@ class Checkpoint:
     def copy(self) -> Checkpoint:
         """A copy that folding does not share."""
         return replace(self, visible=list(self.visible), txn=dict(self.txn),
-                       floors=dict(self.floors))
+                       floors=dict(self.floors), epochs=dict(self.epochs),
+                       recent=dict(self.recent))
 
     def state(self) -> tuple:
         """What two checkpoints of the same records agree on (``created_ms`` aside)."""
         return (self.sequence, self.visible, self.txn, self.records, self.last_overwrite,
-                self.floors)
+                self.floors, self.epochs, self.recent, self.last_data)
 
     def to_json(self) -> bytes:
         """The checkpoint's storage form."""
@@ -220,7 +241,8 @@ class Checkpoint:
             "last_overwrite": self.last_overwrite,
             "visible": [_range_to_dict(r) for r in self.visible],
             "txn": {app: list(v) for app, v in self.txn.items()},
-            "floors": self.floors,
+            "floors": self.floors, "epochs": self.epochs, "last_data": self.last_data,
+            "recent": {str(k): v for k, v in self.recent.items()},
         }, sort_keys=True).encode()
 
     @classmethod
@@ -240,7 +262,10 @@ class Checkpoint:
                      records=int(body["records"]),
                      last_overwrite=None if last is None else int(last),
                      created_ms=int(body.get("created_ms", 0)),
-                     floors={str(k): int(v) for k, v in body.get("floors", {}).items()})
+                     floors={str(k): int(v) for k, v in body.get("floors", {}).items()},
+                     epochs={str(k): int(v) for k, v in body.get("epochs", {}).items()},
+                     recent={int(k): str(v) for k, v in body.get("recent", {}).items()},
+                     last_data=int(body.get("last_data", body["sequence"])))
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
@@ -516,53 +541,105 @@ class CommitLog:
     def append(self, kind: str, ranges: Iterable[CommittedRange], *, job_id: str | None = None,
                writer_group: str = "", query_id: str | None = None,
                batch_id: int | None = None, extra: dict | None = None,
-               txn: Txn | None = None) -> CommitResult:
+               txn: Txn | None = None, ordered_epochs: bool = True,
+               at_sequence: int | None = None) -> CommitResult:
         """Write the next record atomically; concurrent appenders take turns.
 
         With ``txn``, a key already committed returns that record with
         ``created=False`` instead of committing the rows a second time.
+        ``ordered_epochs`` refuses a range whose shard already has a newer
+        epoch committed (per shard, epochs commit in order: the rule that makes
+        an uncommitted older attempt provably dead and keeps every reader's
+        newest-value-per-key the same). ``at_sequence`` writes exactly that
+        record number or raises :class:`SequenceTaken` (a caller that planned
+        against records below it re-plans).
         """
         if kind not in KINDS:
             raise ValueError(f"commit kind must be one of {KINDS}, got '{kind}'")
         rec = CommitRecord(sequence=0, kind=kind, job_id=job_id or uuid.uuid4().hex,
-                           ranges=list(ranges), created_ms=int(time.time() * 1000),
+                           ranges=sorted(ranges, key=lambda r: (r.shard_id, r.first)),
+                           created_ms=int(time.time() * 1000),
                            writer_group=writer_group, query_id=query_id, batch_id=batch_id,
                            extra=dict(extra or {}),
                            txn_app_id=txn.app_id if txn else None,
                            txn_version=txn.version if txn else None)
-        seq = self.next_sequence()
+        seq = self.next_sequence() if at_sequence is None else at_sequence
         while True:
+            checked = time.monotonic()
             floor = self._ckpt.sequence if self._ckpt else 0
             if seq <= floor:  # collected numbers below a checkpoint are never reused
+                if at_sequence is not None:
+                    raise SequenceTaken(seq)
                 raise MemWalError(f"refusing to write commit record {seq}: checkpoint {floor} "
                                   "already folds the records up to it")
             if txn is not None:
                 done = self.committed_txn(txn, upto=seq - 1)
                 if done is not None:
                     return CommitResult(done, False)
-            self._check_floors(rec.ranges, seq)
+            self._check_ranges(rec.ranges, seq, ordered_epochs)
             rec.sequence = seq
             key = record_key(seq)
             hooks.point("commit.before", sequence=seq)
+            if time.monotonic() - checked > COMMIT_DEADLINE_S:
+                continue  # stalled since the checks: a collector may have moved on, check again
             if put_resolved(self.store, key, rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}"):
+                self._verify_not_collected(rec)
                 self._cache[seq] = rec
                 hooks.point("commit.after", sequence=seq)
                 self._auto_checkpoint(seq)
                 return CommitResult(rec, True)
+            if at_sequence is not None:
+                raise SequenceTaken(seq)
             seq += 1  # another job took this number; it is checked on the next pass
 
-    def _check_floors(self, ranges: list[CommittedRange], seq: int) -> None:
-        """Refuse ranges a garbage collection before ``seq`` has released."""
-        floors = self._fold(seq - 1).floors if ranges else {}
+    def _verify_not_collected(self, rec: CommitRecord) -> None:
+        """Refuse our just-written record if it filled a number a collector had freed.
+
+        A committer that stalled between choosing ``seq`` and its PUT can find
+        ``seq`` free again because garbage collection deleted the record that
+        took it (below a checkpoint). Readers fold from that checkpoint and would
+        never see ours. Collections delete records in ascending order, so while
+        record ``seq - 1`` is stored, ``seq`` was never freed; otherwise the
+        checkpoint covering ``seq`` says whose record it folded.
+        """
+        seq = rec.sequence
+        if seq > 1 and self.store.exists(record_key(seq - 1)):
+            return
+        ck = self._relist()
+        if ck is None or ck.sequence < seq or ck.recent.get(seq) == rec.digest():
+            return
+        try:  # nobody reads it (readers start at the checkpoint); tidy up
+            self.store.delete(record_key(seq))
+        except Exception as exc:  # noqa: BLE001 - the next collection deletes it anyway
+            log.warning("could not delete orphaned commit record %d: %s", seq, exc)
+        raise CommitRefused(
+            f"run the job again: its commit record {seq} stalled so long that garbage "
+            f"collection had already folded record {seq} into checkpoint {ck.sequence} and "
+            "deleted it, so this record would never be read. Nothing was committed")
+
+    def _check_ranges(self, ranges: list[CommittedRange], seq: int, ordered_epochs: bool) -> None:
+        """Refuse ranges a garbage collection before ``seq`` released, or (with
+        ``ordered_epochs``) that a newer committed epoch of their shard superseded."""
+        if not ranges:
+            return
+        state = self._fold(seq - 1)
         for r in ranges:
-            if r.first < floors.get(r.shard_id, 0):
+            floor = state.floors.get(r.shard_id, 0)
+            if r.first < floor:
                 raise CommitRefused(
-                    f"cannot commit WAL positions {r.first}..{r.last} of shard {r.shard_id} "
-                    f"(epoch {r.epoch}): garbage collection released positions below "
-                    f"{floors[r.shard_id]} while this job ran (its writer was fenced). "
-                    "Nothing was committed; run the job again")
+                    f"run the job again: garbage collection released WAL positions below "
+                    f"{floor} of shard {r.shard_id} while this job ran (its writer, epoch "
+                    f"{r.epoch}, was fenced), so positions {r.first}..{r.last} cannot be "
+                    "committed. Nothing was committed")
+            newer = state.epochs.get(r.shard_id, 0)
+            if ordered_epochs and r.epoch < newer:
+                raise CommitRefused(
+                    f"run the job again: shard {r.shard_id} already has a commit of a newer "
+                    f"writer (epoch {newer}) than this job's (epoch {r.epoch}), and a shard's "
+                    "writers commit in epoch order so that every reader agrees on each key's "
+                    "newest value. Nothing was committed")
 
     def _auto_checkpoint(self, seq: int) -> None:
         if not self.checkpoint_interval or seq % self.checkpoint_interval:
@@ -605,8 +682,12 @@ class CommitLog:
         """Every record folded (from the latest checkpoint on): a copy to read."""
         return self._fold().copy()
 
-class CommitRefused(MemWalError):
-    """A commit names WAL entries it may no longer commit; nothing was committed."""
+class SequenceTaken(MemWalError):
+    """``append(at_sequence=n)`` found record ``n`` taken: re-plan against it."""
+
+    def __init__(self, sequence: int):
+        super().__init__(f"commit record {sequence} was taken by another commit")
+        self.sequence = sequence
 
 
 class CommittedView:

@@ -67,17 +67,15 @@ from . import hooks
 from .commit import OVERWRITE, CommittedRange
 from .errors import MemWalError
 from .lance_manifest import compacted_generations
+from .rounds import LEDGER_SHARD, CompactionRound, mark_done, oldest_kept_round, round_key
 from .store import put_resolved
 from .table import (
-    LEDGER_SHARD,
     ROW_KEY,
     TOMBSTONE,
-    CompactionRound,
     MemWalTable,
     data_schema,
     last_per_key,
     primary_key_of,
-    round_key,
 )
 
 log = logging.getLogger(__name__)
@@ -288,6 +286,9 @@ def commit_round(table: MemWalTable, rnd: CompactionRound, rows: pa.Table, delet
         committed = False  # another compactor (or our own earlier try) committed it
     hooks.point("compact.after_commit", round=rnd.number)
     version = table.dataset().version
+    # The round is in the base either way: from now its records' WAL entries are
+    # unnecessary, and gc counts their retention from this marker's store time.
+    mark_done(table.store, rnd.number, version if committed else None)
     log.info("memwal compaction round %d (records %d..%d): %s %d rows, %d deletes%s%s",
              rnd.number, rnd.after_seq + 1, rnd.upto_seq,
              "merged" if committed else "already committed by another compactor",
@@ -318,13 +319,20 @@ def next_round(table: MemWalTable, max_records: int) -> CompactionRound | None:
     except FileNotFoundError:
         pass
     last = table.commits.next_sequence() - 1
-    if last <= after:
-        return None
+    if table.commits.state().last_data <= after:
+        return None  # nothing new, or only gc records: a round would commit an empty version
     rnd = CompactionRound(number, after, min(last, after + max_records),
                           int(time.time() * 1000))
     if put_resolved(table.store, round_key(number), rnd.to_json(), retries=3,
                     base_delay_ms=50, what=f"compaction round {number}"):
         hooks.point("compact.intent", round=number)
+        ds = table.dataset()
+        if (table.compacted_round(ds.version) >= number
+                and number < oldest_kept_round(table.store, ds)):
+            # We stalled: round ``number`` was committed long ago and its intent
+            # collected. No stored version can need ours (rounds only grow): remove it.
+            table.store.delete(round_key(number))
+            return next_round(table, max_records)
         return rnd
     return table.round(number)  # another compactor fixed this round's records first
 
@@ -348,7 +356,7 @@ def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECO
     """
     ds = table.dataset()
     snap = table.snapshot(ds.version)
-    summary = CompactionSummary(table.uri, pending_records=snap.last_seq - snap.compacted_seq,
+    summary = CompactionSummary(table.uri, pending_records=snap.pending_records,
                                 dry_run=dry_run, pending_rows=sum(r.rows for r in snap.tail),
                                 primary_key=primary_key_of(ds.schema))
     if dry_run:
@@ -360,7 +368,9 @@ def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECO
             break
         result = run_round(table, rnd)
         summary.rounds.append(result)
-        summary.pending_records = max(0, table.commits.next_sequence() - 1 - rnd.upto_seq)
+        state = table.commits.state()
+        summary.pending_records = (max(0, state.sequence - rnd.upto_seq)
+                                   if state.last_data > rnd.upto_seq else 0)
         if progress is not None:
             progress(result, summary.pending_records)
     return summary

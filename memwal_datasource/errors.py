@@ -77,3 +77,16 @@ class WriterPoisoned(MemWalError):
 
 class ConfigError(MemWalError, ValueError):
     """A configuration value or option is invalid; the message names it."""
+
+
+class CommitRefused(MemWalError):
+    """A commit names WAL entries it may no longer commit; nothing was committed.
+
+    The message starts with the fix (run the job again) and says why: garbage
+    collection released the positions, a newer writer of the shard committed
+    first, or the commit stalled past a collection of the commit log.
+    """
+
+
+class CollectedError(MissingEntryError):
+    """What a read needed was garbage-collected after it planned (plan again)."""

@@ -1,40 +1,77 @@
-"""Garbage collection: delete what compaction made unnecessary, behind a fence.
+"""Garbage collection: delete what compaction made unnecessary, safely beside live work.
 
-What goes, per run (``retain_seconds`` keeps anything younger, like Delta's VACUUM):
+What goes, per run:
 
 * **WAL entries** of a shard below its *floor*: every committed entry below it
-  is compacted into the base table and older than the retention, and the
-  rest below it were never committed (failed or fenced attempts).
-* **Commit records** below the latest checkpoint (which keeps what they said).
+  was folded into the base table by a compaction round that committed at
+  least the retention ago, and the rest below it were never committed.
+* **Commit records** below the latest checkpoint that such rounds folded.
 * **Shard manifest versions** but the newest ``retain_manifest_versions``.
-* **Compaction round intents** below the round the base table records.
+* **Compaction round intents and done markers** older than the oldest base
+  version still stored (every stored version can still be read).
 
-Deleting WAL files weakens fencing: a stalled writer can land in a freed slot.
-So each shard is fenced first (a claim of a new epoch and a sentinel at the
-tip, as a new writer would), its manifest is moved past the floor (so
-pylance's replay and our tip discovery start there), and a ``gc`` commit
-record lists the floors *before* anything is deleted. A job that commits after
-that record and names a position below a floor is refused
-(:class:`~memwal_datasource.commit.CommitRefused`), and a writer that wakes
-after the fence fails at its next append or at close. Every step is safe to
-crash after: the fence and the record only make less committable, deletes are
-idempotent, and a re-run recomputes the same floors.
+**One rule, one clock.** An entry becomes unnecessary when the compaction
+round that folded it commits; retention counts from then, as the round's done
+marker's modification time on the *store's* clock (:mod:`memwal_datasource.rounds`),
+compared with the store's clock now. No writer's or driver's clock is
+involved. Retention is never below :data:`MIN_RETAIN_SECONDS`, which covers
+the longest a commit may take between its checks and its PUT
+(:data:`~memwal_datasource.commit.COMMIT_DEADLINE_S`); asking for less is
+refused with a warning and the minimum is used.
+
+**Plan and record are atomic.** The plan is made against commit records
+``1..N`` and the ``gc`` record is written at exactly ``N + 1``
+(put-if-absent). A commit that lands after the plan takes ``N + 1`` first, so
+the collection re-plans and sees it; a commit after the ``gc`` record is
+checked against its floors and refused if it names a released position
+(:class:`~memwal_datasource.errors.CommitRefused`). No committed row is ever
+hidden by a floor.
+
+**Live writers are never fenced.** Before touching a shard, gc takes the
+shard's lease (:mod:`memwal_datasource.leases`); a shard a live job holds is
+skipped until the next run. Deleting WAL files weakens fencing (a stalled
+writer could land in a freed slot), so each shard gc frees is fenced first (a
+new epoch and a sentinel at the tip, as a new writer would: only stalled
+writers are hit), its manifest is moved past the floor (pylance's replay and
+our tip search start there), and the ``gc`` record lists the floors *before*
+anything is deleted. Every step is safe to crash after: the fence and the
+record only make less committable, deletes are idempotent, and a re-run
+recomputes the same floors.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import hooks
-from .commit import GC, record_key
-from .format import manifest_key, parse_bit_reversed_name
+from .commit import COMMIT_DEADLINE_S, GC, SequenceTaken, record_key
+from .errors import Fenced, MemWalError
+from .format import manifest_key
+from .leases import Holder, Lease, Leases
 from .manifest import ManifestStore
-from .table import MemWalTable, TableSnapshot, round_key
+from .rounds import (
+    done_key,
+    done_ms,
+    mark_done,
+    oldest_kept_round,
+    read_round,
+    recorded_round,
+    round_key,
+)
+from .table import MemWalTable
 from .wal import WalAppender
 
 log = logging.getLogger(__name__)
+
+# Never less: a commit re-checks floors when more than COMMIT_DEADLINE_S passed since
+# its checks, and a reader gets this long to read what it planned.
+MIN_RETAIN_SECONDS = 3 * COMMIT_DEADLINE_S
+DEFAULT_RETAIN_SECONDS = 3600.0
+MAX_REPLANS = 8  # commits landing while we plan, before giving up for this run
 
 
 @dataclass
@@ -55,10 +92,15 @@ class GcPlan:
     records: list[tuple[str, int]] = field(default_factory=list)
     manifests: list[tuple[str, int]] = field(default_factory=list)
     rounds: list[tuple[str, int]] = field(default_factory=list)
-    through_seq: int = 0  # records up to here are wholly below the floors
+    through_seq: int = 0  # the plan saw commit records 1..through_seq
+    retain_seconds: float = DEFAULT_RETAIN_SECONDS  # the retention applied
+    releasable_seq: int = 0  # records up to here were compacted at least the retention ago
+    pending_seq: int = 0  # compacted records still inside the retention
+    skipped_busy: list[str] = field(default_factory=list)  # shards a live job held
+    gc_sequence: int | None = None  # the gc record written
 
     def items(self) -> list[tuple[str, int]]:
-        """Every ``(key, bytes)`` to delete."""
+        """Every ``(key, bytes)`` to delete (commit records in ascending order)."""
         wal = [item for s in self.shards for item in s.entries]
         return wal + self.records + self.manifests + self.rounds
 
@@ -67,53 +109,99 @@ class GcPlan:
         """Bytes to be freed."""
         return sum(n for _, n in self.items())
 
+    def kept_reason(self) -> str:
+        """Why less than everything compacted was deleted, for people."""
+        reasons = []
+        if self.pending_seq > self.releasable_seq:
+            reasons.append(
+                f"commit records {self.releasable_seq + 1}..{self.pending_seq} were compacted "
+                f"less than the retention ({self.retain_seconds:g} s) ago")
+        if self.skipped_busy:
+            reasons.append(f"{len(self.skipped_busy)} shard(s) are held by a live writer "
+                           "(collected on a later run)")
+        return "; ".join(reasons)
 
-def _floors(table: MemWalTable, snap: TableSnapshot,
-            retain_ms: int) -> tuple[dict[str, int], int, int]:
-    """(floor per shard, last record wholly released, first stored record)."""
-    now = int(time.time() * 1000)
-    first = table.commits.first_stored()
-    released: dict[str, int] = {}  # shard: positions below are compacted and old
-    kept: dict[str, int] = {}  # shard: lowest position a record still needs
-    through = first - 1
-    prefix = True
+
+def effective_retention(retain_seconds: float) -> float:
+    """``retain_seconds``, raised to :data:`MIN_RETAIN_SECONDS` with a warning."""
+    if retain_seconds < MIN_RETAIN_SECONDS:
+        log.warning("memwal gc: a retention of %g s is below the minimum of %g s (the longest "
+                    "a commit may take); using %g s", retain_seconds, MIN_RETAIN_SECONDS,
+                    MIN_RETAIN_SECONDS)
+        return MIN_RETAIN_SECONDS
+    return float(retain_seconds)
+
+
+def releasable_through(table: MemWalTable, recorded: int, cutoff_ms: int) -> tuple[int, int]:
+    """(last record compacted before ``cutoff_ms``, last record compacted at all).
+
+    Walks rounds down from ``recorded`` to the newest whose done marker is at
+    or before the cutoff. A committed round without a marker (its compactor
+    died after the commit) gets one now: its retention starts late, never early.
+    """
+    if not recorded:
+        return 0, 0
+    pending = read_round(table.store, recorded).upto_seq
+    for number in range(recorded, 0, -1):
+        stamp = done_ms(table.store, number)
+        if stamp is None:
+            try:
+                read_round(table.store, number)
+            except FileNotFoundError:
+                return 0, pending  # older rounds were collected: released already
+            mark_done(table.store, number, None)
+            continue
+        if stamp <= cutoff_ms:
+            return read_round(table.store, number).upto_seq, pending
+    return 0, pending
+
+
+def _floors(table: MemWalTable, through: int, releasable: int,
+            first: int) -> dict[str, int]:
+    """Floor per shard: past every range of a releasable record, below every other one."""
+    released: dict[str, int] = {}
+    kept: dict[str, int] = {}
     for rec in table.commits.records(after=first - 1):
-        old = rec.sequence <= snap.compacted_seq and rec.created_ms <= now - retain_ms
+        if rec.sequence > through:
+            break
         for r in rec.ranges:
-            if old:
+            if rec.sequence <= releasable:
                 released[r.shard_id] = max(released.get(r.shard_id, 0), r.last + 1)
             else:
                 kept[r.shard_id] = min(kept.get(r.shard_id, r.first), r.first)
-        prefix = prefix and (old or rec.kind == GC)
-        if prefix:
-            through = rec.sequence
-    floors = {s: min(p, kept.get(s, p)) for s, p in released.items()}
-    return floors, through, first
+    return {s: min(p, kept.get(s, p)) for s, p in released.items()}
 
 
-def plan(table: MemWalTable, *, retain_seconds: float = 3600.0,
-         retain_manifest_versions: int = 10) -> GcPlan:
-    """What a collection would delete now (nothing is changed)."""
-    out = GcPlan()
-    snap = table.snapshot()
-    floors, out.through_seq, first = _floors(table, snap, int(retain_seconds * 1000))
+def plan(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
+         retain_manifest_versions: int = 10,
+         clock: Callable[[], int] | None = None) -> GcPlan:
+    """What a collection would delete now (nothing is changed but a clock probe).
+
+    ``clock`` returns the store's time in ms (default: :meth:`ObjectStore.now_ms`);
+    tests pass one that runs ahead to stand for time passing.
+    """
+    retain = effective_retention(retain_seconds)
+    out = GcPlan(retain_seconds=retain)
+    out.through_seq = table.commits.next_sequence() - 1
+    base = table.dataset()  # after the log: a round committed meanwhile only adds records
+    recorded = recorded_round(table.store, base.version)
+    now = (clock or table.store.now_ms)()
+    releasable, out.pending_seq = releasable_through(table, recorded, now - int(retain * 1000))
+    out.releasable_seq = releasable = min(releasable, out.through_seq)
+    first = table.commits.first_stored()
+    floors = _floors(table, out.through_seq, releasable, first)
     for shard, floor in sorted(floors.items()):
         stored = table.tailer(shard).stored()
         doomed = sorted(p for p in stored if p < floor)
         if doomed:
             out.shards.append(ShardPlan(shard, doomed[0], floor, [
                 (stored[p], table.store.head(stored[p]) or 0) for p in doomed]))
-    ck = table.commits.latest_checkpoint()
-    now = time.time() * 1000
-    if ck is not None:
-        for seq in range(first, min(ck.sequence, out.through_seq + 1)):
-            key = record_key(seq)
-            size = table.store.head(key)
-            if size is None:
-                continue
-            if table.commits.read(seq).created_ms > now - retain_seconds * 1000:
-                break  # records are in time order: the rest are younger
-            out.records.append((key, size))
+    ck = table.commits.latest_checkpoint(refresh=True)
+    last_record = min(ck.sequence - 1 if ck else 0, releasable)
+    for seq in range(first, last_record + 1):  # ascending: readers rely on the order
+        size = table.store.head(record_key(seq))
+        if size is not None:
+            out.records.append((record_key(seq), size))
     for shard in table.shards():
         ms = ManifestStore(table.store, shard)
         latest = ms.latest_version()
@@ -125,21 +213,42 @@ def plan(table: MemWalTable, *, retain_seconds: float = 3600.0,
             size = table.store.head(key)
             if size is not None:
                 out.manifests.append((key, size))
-    for number in range(1, snap.compacted_round):
-        size = table.store.head(round_key(number))
-        if size is not None:
-            out.rounds.append((round_key(number), size))
+    out.rounds = _old_rounds(table, base)
     return out
 
 
-def collect(table: MemWalTable, *, retain_seconds: float = 3600.0,
-            retain_manifest_versions: int = 10, dry_run: bool = False) -> GcPlan:
-    """Fence, record and delete what :func:`plan` finds; see the module doc."""
-    todo = plan(table, retain_seconds=retain_seconds,
-                retain_manifest_versions=retain_manifest_versions)
-    if dry_run or not todo.items():
-        return todo
+def _old_rounds(table: MemWalTable, base) -> list[tuple[str, int]]:
+    """Intents and done markers of rounds no stored base version records."""
+    out = []
+    for number in range(1, oldest_kept_round(table.store, base)):
+        for key in (round_key(number), done_key(number)):
+            size = table.store.head(key)
+            if size is not None:
+                out.append((key, size))
+    return out
+
+
+def _take_leases(table: MemWalTable, todo: GcPlan, holder: Holder) -> list[Lease]:
+    """Lease every shard to free; shards a live job holds are dropped from the plan."""
+    leases = Leases(table.store)
+    taken, kept = [], []
     for sp in todo.shards:
+        try:
+            lease = leases.try_acquire(sp.shard_id, holder)
+        except MemWalError:
+            lease = None
+        if lease is None:
+            todo.skipped_busy.append(sp.shard_id)
+        else:
+            taken.append(lease)
+            kept.append(sp)
+    todo.shards = kept
+    return taken
+
+
+def _fence(table: MemWalTable, sp: ShardPlan) -> bool:
+    """Fence one shard and move its manifest past the floor; ``False`` if a writer won."""
+    try:
         fence = WalAppender.open(table.store, sp.shard_id)  # claim + sentinel + re-check
         tip = fence.next_position
 
@@ -149,36 +258,65 @@ def collect(table: MemWalTable, *, retain_seconds: float = 3600.0,
             m.wal_entry_position_last_seen = max(m.wal_entry_position_last_seen, tip - 1)
 
         ManifestStore(table.store, sp.shard_id).commit_update(fence.epoch, past_floor)
-        hooks.point("gc.fenced", shard=sp.shard_id, epoch=fence.epoch)
-    if todo.shards:
-        rec = table.commits.append(GC, [], extra={
-            "floors": {sp.shard_id: sp.floor for sp in todo.shards},
-            "through_seq": todo.through_seq}).record
-        hooks.point("gc.recorded", sequence=rec.sequence)
-        _spare_late_commits(table, todo, rec.sequence)
-    if todo.records:
-        table.commits.checkpoint()
-    for key, _size in todo.items():
-        table.store.delete(key)
-    log.info("memwal gc %s: deleted %d WAL entries of %d shard(s), %d commit records, %d "
-             "manifest versions, %d round intents (%d bytes)", table.uri,
-             sum(len(s.entries) for s in todo.shards), len(todo.shards), len(todo.records),
-             len(todo.manifests), len(todo.rounds), todo.bytes)
-    return todo
+    except Fenced:
+        return False  # a writer outside our leases claimed it meanwhile: next run
+    hooks.point("gc.fenced", shard=sp.shard_id, epoch=fence.epoch)
+    return True
 
 
-def _spare_late_commits(table: MemWalTable, todo: GcPlan, gc_seq: int) -> None:
-    """Keep entries that a record committed between planning and the ``gc`` record names.
+def collect(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
+            retain_manifest_versions: int = 10, dry_run: bool = False,
+            clock: Callable[[], int] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> GcPlan:
+    """Lease, fence, record and delete what :func:`plan` finds; see the module doc.
 
-    Such a record passed no floor check (the floors were not recorded yet), so
-    the entries it names must stay; deleting less than the floors is always safe.
+    ``progress(done, total)`` is called as objects are deleted.
     """
-    for rec in table.commits.records(after=todo.through_seq):
-        if rec.sequence >= gc_seq:
-            break
-        for r in rec.ranges:
-            for sp in todo.shards:
-                if sp.shard_id == r.shard_id:
-                    sp.entries = [(k, n) for k, n in sp.entries
-                                  if parse_bit_reversed_name(k) < r.first]
+    for _ in range(MAX_REPLANS):
+        todo = plan(table, retain_seconds=retain_seconds,
+                    retain_manifest_versions=retain_manifest_versions, clock=clock)
+        if dry_run or not todo.items():
+            return todo
+        # The youngest "job": under the writers' wait-die rule a task meeting gc's
+        # lease waits for it (briefly: gc lets go before deleting) instead of failing.
+        holder = Holder(job_id=f"gc-{uuid.uuid4().hex}", partition=-1, label="memwal gc",
+                        job_started_ms=int(time.time() * 1000))
+        leases = _take_leases(table, todo, holder) if todo.shards else []
+        try:
+            todo.shards = [sp for sp in todo.shards if _fence(table, sp)]
+            if todo.shards:
+                try:
+                    rec = table.commits.append(GC, [], extra={
+                        "floors": {sp.shard_id: sp.floor for sp in todo.shards},
+                        "through_seq": todo.through_seq},
+                        at_sequence=todo.through_seq + 1).record
+                except SequenceTaken:
+                    hooks.point("gc.replan", sequence=todo.through_seq + 1)
+                    continue  # a commit landed after the plan: plan again, seeing it
+                todo.gc_sequence = rec.sequence
+                hooks.point("gc.recorded", sequence=rec.sequence)
+        finally:
+            # The floors are recorded: deleting below them needs no lease, and holding
+            # leases longer would keep live writers waiting.
+            for lease in leases:
+                Leases(table.store).release(lease)
+        if todo.records:
+            table.commits.checkpoint()
+        _delete(table, todo, progress)
+        log.info("memwal gc %s: deleted %d WAL entries of %d shard(s), %d commit records, %d "
+                 "manifest versions, %d round files (%d bytes)%s", table.uri,
+                 sum(len(s.entries) for s in todo.shards), len(todo.shards), len(todo.records),
+                 len(todo.manifests), len(todo.rounds), todo.bytes,
+                 f"; kept: {todo.kept_reason()}" if todo.kept_reason() else "")
+        return todo
+    raise MemWalError(f"run gc again: commits kept landing on {table.uri} while it planned "
+                      f"({MAX_REPLANS} tries); nothing was deleted")
 
+
+def _delete(table: MemWalTable, todo: GcPlan, progress: Callable[[int, int], None] | None,
+            ) -> None:
+    items = todo.items()
+    for i, (key, _size) in enumerate(items, 1):
+        table.store.delete(key)
+        if progress is not None:
+            progress(i, len(items))

@@ -48,6 +48,10 @@ SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "memory")
 BytesLike: TypeAlias = "bytes | bytearray | memoryview"
 
 
+# The probe :meth:`ObjectStore.now_ms` overwrites to read the store's clock.
+CLOCK_KEY = "_memwal_compaction/clock.json"
+
+
 def byte_view(data: BytesLike) -> memoryview:
     """A flat unsigned-byte view of ``data`` without copying (a copy only if it is
     not C-contiguous). pyarrow Buffers export signed bytes, which obstore refuses."""
@@ -121,17 +125,35 @@ class ObjectStore(ABC):
         """A human-readable location for ``key`` (for error messages)."""
         return f"{self.uri.rstrip('/')}/{key}"
 
+    @abstractmethod
+    def modified_ms(self, key: str) -> int | None:
+        """When ``key`` was last written, in ms on the store's clock; ``None`` if absent."""
+
+    def now_ms(self) -> int:
+        """The store's clock now (ms): the modification time of a probe written now.
+
+        Retention is judged on this one clock, whatever the clocks of the
+        processes that wrote the objects being judged.
+        """
+        self.put(CLOCK_KEY, b"{}")
+        stamp = self.modified_ms(CLOCK_KEY)
+        if stamp is None:
+            raise StoreError(f"{self.describe(CLOCK_KEY)} vanished right after it was written")
+        return stamp
+
 
 class MemoryStore(ObjectStore):
     """In-process store for fast unit tests; ``memory://name`` shares one dict."""
 
     _registry: dict[str, dict[str, bytes]] = {}
+    _mtimes: dict[str, dict[str, int]] = {}
     _registry_lock = threading.Lock()
 
     def __init__(self, name: str = "default"):
         self.uri = f"memory://{name}"
         with self._registry_lock:
             self._data = self._registry.setdefault(name, {})
+            self._times = self._mtimes.setdefault(name, {})
         self._lock = threading.Lock()
 
     @classmethod
@@ -139,6 +161,7 @@ class MemoryStore(ObjectStore):
         """Forget every object of the named in-memory store."""
         with cls._registry_lock:
             cls._registry.pop(name, None)
+            cls._mtimes.pop(name, None)
 
     def put_if_absent(self, key: str, data: BytesLike) -> None:
         data = bytes(byte_view(data))  # a private copy: the caller may reuse its buffer
@@ -146,11 +169,20 @@ class MemoryStore(ObjectStore):
             if key in self._data:
                 raise FileExistsError(self.describe(key))
             self._data[key] = data
+            self._times[key] = int(time.time() * 1000)
 
     def put(self, key: str, data: BytesLike) -> None:
         data = bytes(byte_view(data))
         with self._lock:
             self._data[key] = data
+            self._times[key] = int(time.time() * 1000)
+
+    def modified_ms(self, key: str) -> int | None:
+        with self._lock:
+            return self._times.get(key) if key in self._data else None
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
 
     def get(self, key: str) -> bytes:
         with self._lock:
@@ -178,6 +210,7 @@ class MemoryStore(ObjectStore):
     def delete(self, key: str) -> None:
         with self._lock:
             self._data.pop(key, None)
+            self._times.pop(key, None)
 
 
 def _fsync_path(path: str) -> None:
@@ -286,6 +319,15 @@ class LocalStore(ObjectStore):
             return os.stat(self._path(key)).st_size
         except FileNotFoundError:
             return None
+
+    def modified_ms(self, key: str) -> int | None:
+        try:
+            return os.stat(self._path(key)).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return None
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)  # the clock that stamps this disk's files
 
     def list(self, prefix: str) -> Iterator[str]:
         base = self._path(prefix.rstrip("/")) if prefix else self.root
@@ -487,6 +529,28 @@ class S3Store(ObjectStore):
                 return None
             raise
 
+    def modified_ms(self, key: str) -> int | None:
+        try:
+            if s3_clients.obstore_usable():
+                import obstore
+
+                stamp = self._obstore_call(
+                    key, lambda st, path: obstore.head(st, path)["last_modified"])
+            else:
+                stamp = self._client.head_object(Bucket=self.bucket,
+                                                 Key=self._key(key))["LastModified"]
+            return int(stamp.timestamp() * 1000)
+        except FileNotFoundError:
+            return None
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            try:
+                self._raise(exc, key)
+            except FileNotFoundError:
+                return None
+            raise
+
     def list(self, prefix: str) -> Iterator[str]:
         full = self._key(prefix)
         strip = len(self.prefix) + 1 if self.prefix else 0
@@ -565,7 +629,11 @@ def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
             try:
                 return same_bytes(store.get(key), data)
             except FileNotFoundError:
-                continue  # removed between the two calls: try to create it again
+                # Removed between the two calls: only a collector deletes such keys, so
+                # creating it again could put back a number readers have moved past.
+                raise OutcomeUnknown(
+                    f"{what}: {store.describe(key)} existed and was deleted before it could "
+                    "be read back, so whether it was ours is unknowable") from None
             except Exception as exc:  # noqa: BLE001 - any failure here leaves us blind
                 raise OutcomeUnknown(
                     f"{what}: {store.describe(key)} exists but could not be read back to "

@@ -11,20 +11,26 @@ non-nullable field) and initialises the MemWAL index on it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .commit import CommitLog, CommittedRange
-from .errors import ConfigError, CorruptEntryError, MemWalError
+from .errors import CollectedError, ConfigError, MemWalError, MissingEntryError
 from .format import ShardManifest
-from .lance_manifest import compacted_generations
 from .manifest import ManifestStore, list_shards
 from .options import lance_storage_options
+from .rounds import (  # noqa: F401 - re-exported: compaction state as the table sees it
+    LEDGER_SHARD,
+    CompactionRound,
+    folded_upto,
+    read_round,
+    recorded_round,
+    round_key,
+)
 from .store import ObjectStore, open_store
 from .wal import WalTailer
 
@@ -163,41 +169,7 @@ def same_logical_type(a: pa.DataType, b: pa.DataType) -> bool:
 
 # --- the memwal table: one object every reader, writer and tool goes through ---------
 
-COMPACTION_DIR = "_memwal_compaction"
-# The "shard" whose compacted generation in the base table's MemWAL index is the
-# number of the last compaction round committed there (a compare-and-set: Lance
-# refuses a generation not above the recorded one, atomically with the data).
-LEDGER_SHARD = "6d656d77-616c-4c65-8467-65722d636d70"
 TOMBSTONE = "_tombstone"  # the MemWAL format's delete marker column
-
-
-def round_key(number: int) -> str:
-    """Key of compaction round ``number``'s intent (which commit records it folds)."""
-    return f"{COMPACTION_DIR}/rounds/{number:020d}.json"
-
-
-@dataclass(frozen=True)
-class CompactionRound:
-    """Round ``number`` folds commit records ``after_seq + 1 .. upto_seq`` into the base."""
-
-    number: int
-    after_seq: int
-    upto_seq: int
-    created_ms: int = 0
-
-    def to_json(self) -> bytes:
-        """The intent's storage form."""
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes, where: str) -> CompactionRound:
-        """Parse a stored intent; the error names the file."""
-        try:
-            body = json.loads(data)
-            return cls(int(body["number"]), int(body["after_seq"]), int(body["upto_seq"]),
-                       int(body.get("created_ms", 0)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptEntryError(f"compaction round {where} is corrupt: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -216,6 +188,12 @@ class TableSnapshot:
     last_seq: int
     tail: list[CommittedRange]
     base_hidden: bool
+    last_data_seq: int = 0  # the last record that is not a gc record
+
+    @property
+    def pending_records(self) -> int:
+        """Commit records compaction has yet to fold (0 when only gc records are left)."""
+        return self.last_seq - self.compacted_seq if self.last_data_seq > self.compacted_seq else 0
 
 
 class MemWalTable:
@@ -258,31 +236,38 @@ class MemWalTable:
 
     def round(self, number: int) -> CompactionRound:
         """Compaction round ``number``'s intent."""
-        key = round_key(number)
-        return CompactionRound.from_json(self.store.get(key), self.store.describe(key))
+        return read_round(self.store, number)
 
     # -- compaction state and the committed tail ----------------------------------------
 
     def compacted_round(self, base_version: int) -> int:
         """The last compaction round committed in base ``base_version`` (0 if none)."""
-        return compacted_generations(self.store, base_version).get(LEDGER_SHARD, 0)
+        return recorded_round(self.store, base_version)
 
     def snapshot(self, base_version: int | None = None) -> TableSnapshot:
-        """The base table at a version and the committed tail that is not in it."""
+        """The base table at a version and the committed tail that is not in it.
+
+        The commit log is folded *before* the base version is fixed: a
+        compaction round and a collection that land in between are then in the
+        base version read afterwards, whatever the fold dropped. (Fixing the
+        base first would lose the rows a round committed after it and a
+        collection dropped from the fold.)
+        """
+        # The fold starts at the latest checkpoint: O(records since it), not O(history).
+        state = self.commits.state()
         version = base_version
         if version is None:
             try:
                 version = self.dataset().version
             except MemWalError:
                 version = None  # a bare MemWAL without a base table: nothing compacted
-        number = self.compacted_round(version) if version is not None else 0
-        compacted = self.round(number).upto_seq if number else 0
-        # The fold starts at the latest checkpoint: O(records since it), not O(history).
-        state = self.commits.state()
+        number, compacted = folded_upto(self.store, version)
+        # Never fold again here: a collection after the base was fixed could drop
+        # ranges of a round newer than this base version.
         tail = [r for r in state.visible if (r.sequence or 0) > compacted]
         hidden = (state.last_overwrite or 0) > compacted
         return TableSnapshot(version, number, compacted, max(state.sequence, compacted), tail,
-                             hidden)
+                             hidden, state.last_data)
 
     def committed_tail(self) -> list[CommittedRange]:
         """Committed ranges not yet compacted (what a WAL-tail reader returns)."""
@@ -294,11 +279,10 @@ class MemWalTable:
         Only entries of each range's epoch count: another attempt's entry inside
         a committed position range was never committed.
         """
-        names = [f.name for f in schema]
         out_schema = schema.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
         pieces: list[pa.RecordBatch] = []
         for rng in ranges:
-            for _pos, entry in self.tailer(rng.shard_id).entries(rng.first, rng.last):
+            for _pos, entry in self._entries(rng):
                 if entry.writer_epoch != rng.epoch:
                     continue
                 for batch in entry.batches:
@@ -306,19 +290,42 @@ class MemWalTable:
                         continue
                     tomb = (batch.column(TOMBSTONE) if TOMBSTONE in batch.schema.names
                             else pa.repeat(False, batch.num_rows))
-                    cols = [batch.column(n) for n in names] + [tomb]
+                    cols = [_column(batch, f, rng) for f in schema] + [tomb]
                     pieces.append(pa.RecordBatch.from_arrays(
                         [c if c.type.equals(f.type) else c.cast(f.type)
                          for c, f in zip(cols, out_schema, strict=True)], schema=out_schema))
         return pa.Table.from_batches(pieces, schema=out_schema)
+
+    def _entries(self, rng: CommittedRange):
+        """A committed range's entries; :class:`CollectedError` if gc took them meanwhile."""
+        try:
+            yield from self.tailer(rng.shard_id).entries(rng.first, rng.last)
+        except MissingEntryError as exc:
+            floor = self.commits.state().floors.get(rng.shard_id, 0)
+            if rng.first >= floor:
+                raise  # not collected: damage, reported as such
+            raise CollectedError(
+                f"read again: WAL entries {rng.first}..{rng.last} of shard {rng.shard_id} "
+                "were garbage-collected after this read was planned (their rows are in the "
+                f"base table now; {exc})") from None
 
     def to_table(self, base_version: int | None = None) -> pa.Table:
         """The whole table, fresh to the last commit: base plus the committed tail.
 
         With a primary key the newest row of each key wins (the tail is newer
         than the base, later commits newer than earlier ones) and tombstones
-        delete; without one the tail's rows are appended to the base's.
+        delete; without one the tail's rows are appended to the base's. A read
+        of the latest version that meets entries collected after it planned
+        plans once more (the newer base version holds them).
         """
+        try:
+            return self._to_table(base_version)
+        except CollectedError:
+            if base_version is not None:
+                raise
+            return self._to_table(None)
+
+    def _to_table(self, base_version: int | None) -> pa.Table:
         snap = self.snapshot(base_version)
         ds = self.dataset(snap.base_version)
         schema = data_schema(ds.schema)
@@ -333,6 +340,19 @@ class MemWalTable:
         if pk and tail.num_rows:  # rows the tail replaced or deleted
             base = base.join(tail.select(pk), keys=pk, join_type="left anti")
         return pa.concat_tables([base.select(schema.names).cast(schema), live.cast(schema)])
+
+
+def _column(batch: pa.RecordBatch, f: pa.Field, rng: CommittedRange) -> pa.Array:
+    """Column ``f`` of a WAL batch; nulls where the entry predates a column added later."""
+    i = batch.schema.get_field_index(f.name)
+    if i >= 0:
+        return batch.column(i)
+    if not f.nullable:
+        raise MissingEntryError(
+            f"add column '{f.name}' as nullable (or give it a default) before reading: WAL "
+            f"entries {rng.first}..{rng.last} of shard {rng.shard_id} were written without "
+            "it and it is not nullable")
+    return pa.nulls(batch.num_rows, f.type)
 
 
 def last_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:

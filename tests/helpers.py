@@ -54,6 +54,12 @@ class DelegatingStore(ObjectStore):
     def delete(self, key):
         self.inner.delete(key)
 
+    def modified_ms(self, key):
+        return self.inner.modified_ms(key)
+
+    def now_ms(self):
+        return self.inner.now_ms()
+
 
 class FlakyStore(DelegatingStore):
     """Wraps a real store; the next ``fail_puts`` put_if_absent calls on keys
@@ -172,3 +178,8 @@ class HeldOpen:
         self.release.set()
         self._thread.join(30)
         self._remove()
+
+
+def later(table, hours: float = 2.0):
+    """A gc clock ``hours`` ahead of the store's: stands for the retention having passed."""
+    return lambda: table.store.now_ms() + int(hours * 3600 * 1000)

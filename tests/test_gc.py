@@ -16,7 +16,7 @@ from memwal_datasource.store import open_store
 from memwal_datasource.table import MemWalTable, read_table
 from memwal_datasource.wal import WalAppender, WalTailer
 from memwal_datasource.writer import open_shard_writer
-from tests.helpers import SCHEMA, new_shard
+from tests.helpers import SCHEMA, later, new_shard
 from tests.test_compact import batch, write
 
 pytestmark = pytest.mark.parametrize("backend", ["local", "s3"])
@@ -38,10 +38,10 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     compact(table)
     write(uri, opts, shard, [batch([7], "tail")])  # committed, not compacted: must stay
     before = rows(uri, opts)
-    dry = collect(table, retain_seconds=0, dry_run=True)
+    dry = collect(table, retain_seconds=0, dry_run=True, clock=later(table))
     assert dry.shards and dry.bytes > 0
     assert all(store.exists(k) for k, _ in dry.items())  # a dry run changes nothing
-    done = collect(table, retain_seconds=0)
+    done = collect(table, retain_seconds=0, clock=later(table))
     assert [k for k, _ in done.items()] == [k for k, _ in dry.items()]
     assert not any(store.exists(k) for k, _ in done.items())
     tailer = WalTailer(store, shard)
@@ -67,7 +67,7 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     ck = CommitLog(store).checkpoint()
     assert ck.visible and all(r.last >= ck.floors[r.shard_id] for r in ck.visible)
     assert len(ck.visible) < ck.records
-    again = collect(MemWalTable(uri, opts), retain_seconds=0)
+    again = collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
     assert again.shards == []  # no WAL entry left to release
     assert again.records  # the checkpoint now stands for the released records: they go
     assert not store.exists(again.records[0][0])
@@ -81,7 +81,7 @@ def test_retention_keeps_recent_entries(pk_table):
     table = MemWalTable(uri, opts)
     compact(table)
     assert plan(table, retain_seconds=3600).shards == []
-    assert plan(table, retain_seconds=0).shards
+    assert plan(table, retain_seconds=0, clock=later(table)).shards
 
 
 def test_writer_stalled_across_gc_is_fenced_not_landing_in_a_freed_slot(pk_table):
@@ -96,7 +96,7 @@ def test_writer_stalled_across_gc_is_fenced_not_landing_in_a_freed_slot(pk_table
         write(uri, opts, shard, [batch([i], f"n{i}")])
     table = MemWalTable(uri, opts)
     compact(table)
-    done = collect(table, retain_seconds=0)
+    done = collect(table, retain_seconds=0, clock=later(table))
     assert done.shards and done.shards[0].floor > 2
     assert not store.exists(done.shards[0].entries[0][0])  # the zombie's next slot is free
     # The zombie wakes after a long stall: it re-checks the fence before writing.
@@ -123,12 +123,15 @@ def test_commit_landing_during_gc_keeps_its_entries(pk_table):
     app.append(SCHEMA, [batch([2], "late")])
     late = CommittedRange(shard, app.epoch, app.first_position, app.last_position, 1)
 
-    def commit_now(shard, epoch):
-        CommitLog(store).append("append", [late])
+    landed = []
+
+    def commit_now(shard, epoch):  # once, between gc's plan and its record: gc re-plans
+        if not landed:
+            landed.append(CommitLog(store).append("append", [late]).record.sequence)
 
     hooks.register("gc.fenced", commit_now)
     try:
-        collect(table, retain_seconds=0)
+        collect(table, retain_seconds=0, clock=later(table))
     finally:
         hooks.clear()
     assert rows(uri, opts) == {1: "a-1", 2: "late-2"}

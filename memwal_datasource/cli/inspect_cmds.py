@@ -147,7 +147,7 @@ def _compaction_summary(uri: str, storage: dict[str, str], store: ObjectStore,
         return None
     return {"base_version": snap.base_version, "round": snap.compacted_round,
             "compacted_through": snap.compacted_seq,
-            "pending_records": max(0, snap.last_seq - snap.compacted_seq)}
+            "pending_records": snap.pending_records}
 
 
 def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:

@@ -22,6 +22,7 @@ from memwal_datasource.format import SHARD_SEALED
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.store import open_store
 from memwal_datasource.wal import WalAppender
+from tests.helpers import later
 
 SHARD = "6f1c1e1e-0000-4000-8000-0000000000aa"
 OTHER = "6f1c1e1e-9999-4000-8000-0000000000bb"
@@ -330,7 +331,7 @@ def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
     uri, opts, store = pk_table_with_commits(location, 3, nbytes=10)
     CommitLog(store).checkpoint()
     compact(MemWalTable(uri, opts))
-    collect(MemWalTable(uri, opts), retain_seconds=0)
+    collect(t := MemWalTable(uri, opts), retain_seconds=0, clock=later(t))
     assert not store.exists(record_key(1))  # the oldest records are gone
     out = invoke("commits", uri)
     assert out.exit_code == 0, out.output

@@ -14,6 +14,7 @@ from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalStreamWriter, write_task
 from memwal_datasource.store import open_store
 from memwal_datasource.table import create_table
+from tests.helpers import later
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -424,7 +425,8 @@ def test_new_stream_after_compaction_and_garbage_collection(tmp_path):
         commit(i)
     CommitLog(store).checkpoint()
     compact(MemWalTable(uri))
-    collect(MemWalTable(uri), retain_seconds=0)  # records 1..3 are in the base table only
+    t = MemWalTable(uri)
+    collect(t, retain_seconds=0, clock=later(t))  # records 1..3 are in the base table only
     commit(3)  # record 5, after the gc record (4)
     assert not store.exists(record_key(1))
     reader = MemWalStreamReader(ReadOptions.parse({"path": uri}), SCHEMA)
