@@ -80,10 +80,13 @@ def readable_from(log: CommitLog) -> int:
         if rec.kind == GC:
             for shard, floor in rec.extra.get("floors", {}).items():
                 floors[shard] = max(int(floor), floors.get(shard, 0))
+    # One past the *last* record that names a released position: commit order on a
+    # shard may differ from WAL order, so a record above a readable one can be gone.
+    start = first
     for rec in records:
-        if all(r.first >= floors.get(r.shard_id, 0) for r in rec.ranges):
-            return rec.sequence
-    return records[-1].sequence + 1 if records else first
+        if any(r.first < floors.get(r.shard_id, 0) for r in rec.ranges):
+            start = rec.sequence + 1
+    return start
 
 
 def resolve_start(log: CommitLog, start: StreamStart | None, path: str) -> int:

@@ -483,8 +483,11 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
         log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)
         return None
     log_ = CommitLog(open_store(opts.path, opts.storage))
+    # Sharded (primary-key) tables: a shard's writers commit in epoch order, so every
+    # reader agrees on each key's newest value. Pools of unkeyed shards need no order.
     result = log_.append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
-                         query_id=query_id, batch_id=batch_id, txn=txn)
+                         query_id=query_id, batch_id=batch_id, txn=txn,
+                         ordered_epochs=opts.sharding is not None)
     rec = result.record
     if not result.created:
         log.warning("memwal %s: idempotency key %s version %d is already committed as record "
