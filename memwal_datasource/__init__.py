@@ -10,6 +10,9 @@ from __future__ import annotations
 # Loaded before ``def compact`` below: importing a submodule the first time binds its
 # name on the package, which would replace the function with the module.
 from . import compact as _compact_module  # noqa: F401
+
+# Prepares LANCE_LOG before anything calls into lance (lance is imported lazily).
+from . import lance_logging  # noqa: F401, I001
 from .config import ShardWriterConfig
 from .errors import (
     CollectedError,

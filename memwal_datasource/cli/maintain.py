@@ -86,34 +86,45 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int
 @click.argument("uri", metavar="PATH")
 @click.option("--dry-run", is_flag=True, help="list what would be deleted, with sizes")
 @click.option("--retain-hours", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="keep WAL entries and commit records committed more recently than this")
+              help="keep what compaction made unnecessary less than this long ago "
+                   "(counted from the compaction, on the store's clock; at least 30 s)")
 @click.option("--retain-manifest-versions", type=click.IntRange(min=1), default=10,
               show_default=True, help="shard manifest versions to keep per shard")
 @json_opt
 @storage_opt
 def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: int,
        as_json: bool, storage: dict[str, str]) -> None:
-    """Delete what compaction made unnecessary, behind a fence.
+    """Delete what compaction made unnecessary; safe beside live jobs.
 
-    Each shard that loses WAL entries is fenced first (a new epoch and a sentinel),
-    so a writer stalled across the collection fails instead of landing in a freed
-    slot, and a job committing released positions is refused. Run it after
-    `memwal compact`, e.g. hourly; streams further behind than the retention must
-    restart.
+    Shards a live job holds are skipped until the next run. Each shard that
+    loses WAL entries is fenced first (a new epoch and a sentinel), so a writer
+    stalled across the collection fails instead of landing in a freed slot, and
+    a job committing released positions is refused. Run it after `memwal
+    compact`, e.g. hourly; streams further behind than the retention must restart.
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     from ..gc import collect
     from ..table import MemWalTable
 
     open_table(uri, storage)
-    done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
-                   retain_manifest_versions=retain_manifest_versions, dry_run=dry_run)
+    with Progress(TextColumn("deleting"), BarColumn(), MofNCompleteColumn(),
+                  console=new_console(), disable=as_json or dry_run, transient=True) as bar:
+        task = bar.add_task("gc", total=None)
+        done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
+                       retain_manifest_versions=retain_manifest_versions, dry_run=dry_run,
+                       progress=lambda i, n: bar.update(task, completed=i, total=n))
     groups = {"wal_entries": [i for s in done.shards for i in s.entries],
               "commit_records": done.records, "manifest_versions": done.manifests,
-              "round_intents": done.rounds}
+              "round_files": done.rounds}
     if as_json:
         emit_json({"table": uri, "dry_run": dry_run, "bytes": done.bytes,
-                    "floors": {s.shard_id: s.floor for s in done.shards},
-                    **{k: [{"key": key, "bytes": n} for key, n in v] for k, v in groups.items()}})
+                   "floors": {s.shard_id: s.floor for s in done.shards},
+                   "retain_seconds": done.retain_seconds,
+                   "released_through_record": done.releasable_seq,
+                   "compacted_through_record": done.pending_seq,
+                   "skipped_busy_shards": done.skipped_busy, "kept": done.kept_reason(),
+                   **{k: [{"key": key, "bytes": n} for key, n in v] for k, v in groups.items()}})
         return
     console = new_console()
     if dry_run:
@@ -122,3 +133,8 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
     verb = "would delete" if dry_run else "deleted"
     counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in groups.items())
     console.print(f"{uri}: {verb} {counts} ({human_size(done.bytes)})", soft_wrap=True)
+    kept = done.kept_reason()
+    if kept:
+        console.print(f"kept: {kept}", soft_wrap=True)
+    elif not done.items() and not done.pending_seq:
+        console.print("kept: nothing is compacted yet (run memwal compact first)", soft_wrap=True)

@@ -304,12 +304,21 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
 
 
 @pytest.mark.parametrize("backend", ["local"])
-def test_gc_dry_run_lists_then_deletes(location):
+def test_gc_dry_run_lists_then_deletes(location, monkeypatch):
     from memwal_datasource.compact import compact
+    from memwal_datasource.store import LocalStore
     from memwal_datasource.table import MemWalTable
 
     uri, opts, store = pk_table_with_commits(location, 2)
     compact(MemWalTable(uri, opts))
+    # Just compacted: even --retain-hours 0 keeps the minimum retention, and says so.
+    out = invoke("gc", uri, "--retain-hours", "0")
+    assert out.exit_code == 0, out.output
+    assert "deleted 0 wal entries" in out.stdout
+    assert "kept: commit records 1..2 were compacted less than the retention (30 s)" in \
+        " ".join(out.stdout.split())
+    real_now = LocalStore.now_ms
+    monkeypatch.setattr(LocalStore, "now_ms", lambda self: real_now(self) + 7_200_000)
     out = invoke("gc", uri, "--retain-hours", "0", "--dry-run")
     assert out.exit_code == 0, out.output
     assert "would delete" in out.stdout and "wal entries" in out.stdout
