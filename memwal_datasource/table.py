@@ -282,7 +282,7 @@ class MemWalTable:
         out_schema = schema.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
         pieces: list[pa.RecordBatch] = []
         for rng in ranges:
-            for _pos, entry in self._entries(rng):
+            for _pos, entry in self.entries(rng.shard_id, rng.first, rng.last):
                 if entry.writer_epoch != rng.epoch:
                     continue
                 for batch in entry.batches:
@@ -290,24 +290,28 @@ class MemWalTable:
                         continue
                     tomb = (batch.column(TOMBSTONE) if TOMBSTONE in batch.schema.names
                             else pa.repeat(False, batch.num_rows))
-                    cols = [_column(batch, f, rng) for f in schema] + [tomb]
+                    cols = [entry_column(batch, f, rng.shard_id) for f in schema] + [tomb]
                     pieces.append(pa.RecordBatch.from_arrays(
                         [c if c.type.equals(f.type) else c.cast(f.type)
                          for c, f in zip(cols, out_schema, strict=True)], schema=out_schema))
         return pa.Table.from_batches(pieces, schema=out_schema)
 
-    def _entries(self, rng: CommittedRange):
-        """A committed range's entries; :class:`CollectedError` if gc took them meanwhile."""
+    def entries(self, shard_id: str, first: int, last: int):
+        """``(position, entry)`` of committed positions ``first..last`` of a shard.
+
+        Raises :class:`CollectedError` (plan the read again) when garbage
+        collection deleted them after the read was planned.
+        """
         try:
-            yield from self.tailer(rng.shard_id).entries(rng.first, rng.last)
+            yield from self.tailer(shard_id).entries(first, last)
         except MissingEntryError as exc:
-            floor = self.commits.state().floors.get(rng.shard_id, 0)
-            if rng.first >= floor:
+            floor = self.commits.state().floors.get(shard_id, 0)
+            if first >= floor:
                 raise  # not collected: damage, reported as such
             raise CollectedError(
-                f"read again: WAL entries {rng.first}..{rng.last} of shard {rng.shard_id} "
-                "were garbage-collected after this read was planned (their rows are in the "
-                f"base table now; {exc})") from None
+                f"read again: WAL entries {first}..{last} of shard {shard_id} were "
+                "garbage-collected after this read was planned (their rows are in the base "
+                f"table now; {exc})") from None
 
     def to_table(self, base_version: int | None = None) -> pa.Table:
         """The whole table, fresh to the last commit: base plus the committed tail.
@@ -342,16 +346,15 @@ class MemWalTable:
         return pa.concat_tables([base.select(schema.names).cast(schema), live.cast(schema)])
 
 
-def _column(batch: pa.RecordBatch, f: pa.Field, rng: CommittedRange) -> pa.Array:
+def entry_column(batch: pa.RecordBatch, f: pa.Field, shard_id: str) -> pa.Array:
     """Column ``f`` of a WAL batch; nulls where the entry predates a column added later."""
     i = batch.schema.get_field_index(f.name)
     if i >= 0:
         return batch.column(i)
     if not f.nullable:
         raise MissingEntryError(
-            f"add column '{f.name}' as nullable (or give it a default) before reading: WAL "
-            f"entries {rng.first}..{rng.last} of shard {rng.shard_id} were written without "
-            "it and it is not nullable")
+            f"make column '{f.name}' nullable before reading: WAL entries of shard "
+            f"{shard_id} were written before it was added, and it is not nullable")
     return pa.nulls(batch.num_rows, f.type)
 
 

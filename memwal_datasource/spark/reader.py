@@ -18,7 +18,15 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from ..commit import CommittedRange, CommittedView
 from ..manifest import list_shards
 from ..store import open_store
-from ..table import ROW_KEY, TOMBSTONE, MemWalTable, data_schema, last_per_key, primary_key_of
+from ..table import (
+    ROW_KEY,
+    TOMBSTONE,
+    MemWalTable,
+    data_schema,
+    entry_column,
+    last_per_key,
+    primary_key_of,
+)
 from ..wal import WalTailer
 from ..writer import cast_columns
 from .options import ReadOptions
@@ -106,9 +114,9 @@ def read_partition(opts: ReadOptions, table_schema: pa.Schema,
                    part: WalRange) -> Iterator[pa.RecordBatch]:
     """Yield the partition's rows as record batches, one WAL entry at a time."""
     schema = output_schema(table_schema, opts.metadata_columns)
-    names = [f.name for f in table_schema if f.name != TOMBSTONE]
-    tailer = WalTailer(open_store(opts.path, opts.storage), part.shard_id)
-    for pos, entry in tailer.entries(part.first, part.last):
+    fields = [f for f in table_schema if f.name != TOMBSTONE]
+    table = MemWalTable(opts.path, opts.storage)
+    for pos, entry in table.entries(part.shard_id, part.first, part.last):
         if not _visible_epoch(part, pos, entry.writer_epoch):
             continue
         for batch in entry.batches:
@@ -116,7 +124,7 @@ def read_partition(opts: ReadOptions, table_schema: pa.Schema,
                 continue
             has_tomb = TOMBSTONE in batch.schema.names
             n = batch.num_rows
-            cols = [batch.column(name) for name in names]
+            cols = [entry_column(batch, f, part.shard_id) for f in fields]
             if opts.metadata_columns:
                 tomb = batch.column(TOMBSTONE) if has_tomb else pa.repeat(False, n)
                 cols += [pa.repeat(part.shard_id, n), pa.repeat(pos, n),
