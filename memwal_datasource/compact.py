@@ -83,6 +83,7 @@ log = logging.getLogger(__name__)
 _STALE = re.compile(r"Stale SSTable compaction", re.IGNORECASE)
 _GENERATION = re.compile(r"_gen_(\d+)/?$")
 DEFAULT_MAX_RECORDS = 256
+INDEX_EVERY_ROUNDS = 8  # rounds between folding new rows into the key's BTREE
 ROUND_ROWS_LIMIT = 1 << 32  # rows of one round on a table without a primary key
 
 
@@ -298,6 +299,30 @@ def commit_round(table: MemWalTable, rnd: CompactionRound, rows: pa.Table, delet
                        deleted.num_rows, committed, time.perf_counter() - t0, version, fresh)
 
 
+def maintain_key_index(table: MemWalTable, number: int) -> None:
+    """A BTREE on a one-column primary key, its new rows folded in every few rounds.
+
+    ``merge_insert`` joins through it, so an insert-mostly round costs what its
+    rows cost, not a scan of the whole key column (rows appended since the
+    last optimisation are scanned, hence the cadence). Best effort: a failure
+    only costs speed, and is logged.
+    """
+    ds = table.dataset()
+    pk = primary_key_of(ds.schema)
+    if len(pk) != 1:
+        return
+    try:
+        if not any(i["fields"] == pk and i["type"] == "BTree" for i in ds.list_indices()):
+            ds.create_scalar_index(pk[0], "BTREE")
+            log.info("memwal compaction: created a BTREE index on primary key %s of %s",
+                     pk[0], table.uri)
+        elif number % INDEX_EVERY_ROUNDS == 0:
+            ds.optimize.optimize_indices()
+    except (OSError, ValueError) as exc:
+        log.warning("memwal compaction: could not maintain the index on %s (compaction stays "
+                    "correct, only slower): %s", pk[0], exc)
+
+
 def _run_round(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
     """Read, fold and commit one round in this process."""
     t0 = time.perf_counter()
@@ -368,6 +393,7 @@ def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECO
             break
         result = run_round(table, rnd)
         summary.rounds.append(result)
+        maintain_key_index(table, rnd.number)
         state = table.commits.state()
         summary.pending_records = (max(0, state.sequence - rnd.upto_seq)
                                    if state.last_data > rnd.upto_seq else 0)

@@ -210,6 +210,60 @@ class MemWalTable:
         self.store = store or open_store(uri, self.storage_options)
         self.commits = CommitLog(self.store)
 
+    # -- the user's verbs (as delta-rs's DeltaTable: optimize, vacuum, history) ----------
+
+    @classmethod
+    def open(cls, uri: str, storage_options: Mapping[str, str] | None = None) -> MemWalTable:
+        """Open an existing memwal table (errors name the path and the fix)."""
+        table = cls(uri, storage_options)
+        table.dataset()  # fails now, clearly, rather than on the first verb
+        return table
+
+    def read(self, version: int | None = None) -> pa.Table:
+        """The whole table exactly once: the base at ``version`` (default: the latest)
+        plus the committed tail above it. See :meth:`to_table`."""
+        return self.to_table(version)
+
+    def compact(self, **kwargs):
+        """Fold committed WAL entries into the base table, exactly once.
+
+        Keyword arguments go to :func:`memwal_datasource.compact.compact`
+        (``max_records_per_round``, ``max_rounds``, ``dry_run``, ``progress``).
+        """
+        from .compact import compact  # the verbs sit on top of the view they use
+
+        return compact(self, **kwargs)
+
+    def gc(self, **kwargs):
+        """Delete what compaction made unnecessary (see :mod:`memwal_datasource.gc`).
+
+        Keyword arguments go to :func:`memwal_datasource.gc.collect`
+        (``retain_seconds``, ``retain_manifest_versions``, ``dry_run``, ``progress``).
+        """
+        from .gc import collect
+
+        return collect(self, **kwargs)
+
+    def history(self, limit: int | None = None) -> list[dict]:
+        """Stored commit records, newest first: what each job, batch or gc committed."""
+        out = []
+        last = self.commits.next_sequence() - 1
+        first = self.commits.first_stored()
+        for seq in range(last, first - 1, -1):
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                rec = self.commits.read(seq)
+            except FileNotFoundError:
+                break  # collected meanwhile
+            out.append({"sequence": rec.sequence, "kind": rec.kind, "job_id": rec.job_id,
+                        "created_ms": rec.created_ms, "rows": sum(r.rows for r in rec.ranges),
+                        "bytes": sum(r.bytes for r in rec.ranges),
+                        "shards": len({r.shard_id for r in rec.ranges}),
+                        "query_id": rec.query_id, "batch_id": rec.batch_id,
+                        "txn_app_id": rec.txn_app_id, "txn_version": rec.txn_version})
+        return out
+
     # -- pieces ------------------------------------------------------------------------
 
     def dataset(self, version: int | None = None):

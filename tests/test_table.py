@@ -45,3 +45,31 @@ def test_read_plan_costs_records_since_the_checkpoint_not_history(pk_table):
     assert [r.first for r in tail] == list(range(1, 251))
     assert [r.sequence for r in tail] == list(range(1, 251))
     assert counting.reads <= 70, counting.reads  # ~50 records + checkpoint + manifest
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_one_table_object_reads_compacts_collects_and_tells_history(pk_table):
+    from memwal_datasource import MemWalError, MemWalTable
+    from tests.helpers import later
+    from tests.test_compact import batch, write
+
+    uri, opts = pk_table
+    shard = str(uuid.uuid4())
+    write(uri, opts, shard, [batch([1, 2], "a")])
+    write(uri, opts, shard, [batch([2, 3], "b")])
+    table = MemWalTable.open(uri, opts)
+    got = table.read().sort_by("id")
+    assert got.column("id").to_pylist() == [1, 2, 3]
+    assert got.column("v").to_pylist() == ["a-1", "b-2", "b-3"]
+    history = table.history()
+    assert [h["sequence"] for h in history] == [2, 1]
+    assert [h["kind"] for h in history] == ["append", "append"] and history[0]["rows"] == 2
+    assert table.history(limit=1)[0]["sequence"] == 2
+    summary = table.compact()
+    assert summary.rows == 3 and table.compact().rounds == []  # nothing left to fold
+    freed = table.gc(retain_seconds=0, clock=later(table))
+    assert freed.shards and freed.gc_sequence == 3
+    assert table.history()[0]["kind"] == "gc"
+    assert table.read().sort_by("id").equals(got)
+    with pytest.raises(MemWalError, match="no Lance table"):
+        MemWalTable.open(uri + "-missing", opts)
