@@ -117,6 +117,9 @@ class CommitRecord:
     extra: dict = field(default_factory=dict)
     txn_app_id: str | None = None
     txn_version: int | None = None
+    # Its shards commit in epoch order (sharded tables): a newer committed epoch proves
+    # an older uncommitted attempt of that shard dead. See CommitLog.superseded.
+    ordered: bool = False
 
     def to_json(self) -> bytes:
         """The record's storage form."""
@@ -145,7 +148,8 @@ class CommitRecord:
                        writer_group=body.get("writer_group", ""),
                        query_id=body.get("query_id"), batch_id=body.get("batch_id"),
                        extra=body.get("extra", {}), txn_app_id=body.get("txn_app_id"),
-                       txn_version=body.get("txn_version"))
+                       txn_version=body.get("txn_version"),
+                       ordered=bool(body.get("ordered", False)))
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
@@ -204,7 +208,7 @@ class Checkpoint:
             self.last_data = self.sequence
         if len(self.recent) > RECENT:
             del self.recent[min(self.recent)]
-        for r in rec.ranges:
+        for r in rec.ranges if rec.ordered else ():
             self.epochs[r.shard_id] = max(r.epoch, self.epochs.get(r.shard_id, 0))
         if rec.kind == GC:
             for shard, floor in rec.extra.get("floors", {}).items():
@@ -556,13 +560,15 @@ class CommitLog:
         """
         if kind not in KINDS:
             raise ValueError(f"commit kind must be one of {KINDS}, got '{kind}'")
+        ranges = sorted(ranges, key=lambda r: (r.shard_id, r.first))
         rec = CommitRecord(sequence=0, kind=kind, job_id=job_id or uuid.uuid4().hex,
-                           ranges=sorted(ranges, key=lambda r: (r.shard_id, r.first)),
+                           ranges=ranges,
                            created_ms=int(time.time() * 1000),
                            writer_group=writer_group, query_id=query_id, batch_id=batch_id,
                            extra=dict(extra or {}),
                            txn_app_id=txn.app_id if txn else None,
-                           txn_version=txn.version if txn else None)
+                           txn_version=txn.version if txn else None,
+                           ordered=ordered_epochs and bool(ranges))
         seq = self.next_sequence() if at_sequence is None else at_sequence
         while True:
             checked = time.monotonic()
@@ -653,6 +659,16 @@ class CommitLog:
     def find_stream_batch(self, query_id: str, batch_id: int) -> CommitRecord | None:
         """The record that committed micro-batch ``batch_id`` of ``query_id`` (or a later one)."""
         return self.committed_txn(Txn(stream_app_id(query_id), batch_id))
+
+    def superseded(self, shard_id: str, epoch: int) -> bool:
+        """Whether attempt ``epoch`` of ``shard_id`` can never commit, if not committed yet.
+
+        The one rule for "this uncommitted attempt is dead", used by maintenance
+        and by what Lance's readers are shown: on shards whose writers commit in
+        epoch order (sharded, primary-key tables), a committed newer epoch
+        refuses every older one. Shards of unordered pools never answer yes.
+        """
+        return self._fold().epochs.get(shard_id, 0) > epoch
 
     def visible(self) -> list[CommittedRange]:
         """Ranges visible to a committed reader: all since the last overwrite.

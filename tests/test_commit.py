@@ -322,3 +322,72 @@ def test_a_failed_hint_update_is_only_logged(any_store, caplog):
     assert "could not update" in caplog.text and not any_store.exists(LAST_CHECKPOINT_KEY)
     counting = CountingStore(any_store)
     assert CommitLog(counting).latest_checkpoint().sequence == 3 and counting.calls["list"] == 1
+
+
+# --- the rules maintenance and Lance's readers rely on --------------------------------
+
+def test_a_committer_stalled_past_a_collection_is_refused_not_lost(any_store):
+    """X picks sequence 7 and stalls; 7..12 land, checkpoint 10, gc deletes 1..9; X's
+    put at 7 succeeds, and is then refused and removed: readers fold from checkpoint 10."""
+    from memwal_datasource import hooks
+    from memwal_datasource.errors import CommitRefused
+
+    _fill(any_store, 6, 5)
+    stalled = CommitLog(any_store, checkpoint_interval=5)
+
+    def others_commit_and_collect(sequence):
+        hooks.clear()
+        _fill(any_store, 12, 5, start=7)
+        _gc(any_store, 10)
+
+    hooks.register("commit.before", others_commit_and_collect)
+    try:
+        with pytest.raises(CommitRefused, match="^run the job again: its commit record 7"):
+            stalled.append(APPEND, [CommittedRange("x", 1, 1, 1, rows=1)], job_id="x")
+    finally:
+        hooks.clear()
+    assert not any_store.exists(record_key(7))
+    assert CommitLog(any_store).visible() == _expected(12)
+
+
+def test_a_vanished_key_is_never_created_again(any_store):
+    """A collision whose object is deleted before the read-back is unknowable, not redone."""
+    from memwal_datasource.errors import OutcomeUnknown
+    from memwal_datasource.store import put_resolved
+
+    class Vanishing(DelegatingStore):
+        def get(self, key):
+            self.inner.delete(key)
+            raise FileNotFoundError(key)
+
+    any_store.put_if_absent("k", b"theirs")
+    with pytest.raises(OutcomeUnknown, match="was deleted before it could be read back"):
+        put_resolved(Vanishing(any_store), "k", b"ours", retries=2, base_delay_ms=1, what="k")
+    assert not any_store.exists("k")
+
+
+def test_a_shards_epochs_commit_in_order_and_older_attempts_are_dead(any_store):
+    from memwal_datasource.errors import CommitRefused
+
+    log = CommitLog(any_store)
+    log.append(APPEND, [CommittedRange("s", 6, 3, 4, rows=2)])  # Q: epoch 6 commits first
+    assert log.superseded("s", 5) and not log.superseded("s", 6)
+    with pytest.raises(CommitRefused, match="^run the job again: shard s already has a commit "
+                                            "of a newer writer \\(epoch 6\\)"):
+        log.append(APPEND, [CommittedRange("s", 5, 1, 2, rows=2)])  # P: epoch 5, later
+    log.append(APPEND, [CommittedRange("s", 6, 5, 5, rows=1)])  # the same writer again: fine
+    # An unordered pool (no primary key) accepts it and proves nothing dead.
+    log.append(APPEND, [CommittedRange("p", 9, 4, 4)], ordered_epochs=False)
+    log.append(APPEND, [CommittedRange("p", 8, 1, 2)], ordered_epochs=False)
+    assert not CommitLog(any_store).superseded("p", 1)
+    assert CommitLog(any_store).superseded("s", 5)  # a fresh reader agrees
+
+
+def test_append_at_an_exact_sequence_is_refused_when_taken(any_store):
+    from memwal_datasource.commit import SequenceTaken
+
+    _fill(any_store, 3, None)
+    log = CommitLog(any_store)
+    with pytest.raises(SequenceTaken):
+        log.append(APPEND, [], at_sequence=3)
+    assert log.append(APPEND, [], at_sequence=4).record.sequence == 4
