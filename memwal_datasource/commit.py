@@ -30,254 +30,46 @@ otherwise write that number again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 from . import hooks
+from .commit_format import (  # noqa: F401 - the log's public names, re-exported
+    APPEND,
+    CHECKPOINT_FORMAT,
+    CHECKPOINTS_DIR,
+    COMMITS_DIR,
+    GC,
+    KINDS,
+    LAST_CHECKPOINT_KEY,
+    OVERWRITE,
+    RECENT,
+    RECORD_FORMAT,
+    STREAM_KEY_PREFIX,
+    Checkpoint,
+    CommitRecord,
+    CommitResult,
+    CommittedRange,
+    Txn,
+    checkpoint_key,
+    record_key,
+    stream_app_id,
+)
 from .errors import CommitRefused, CorruptEntryError, MemWalError  # noqa: F401 - re-exported
 from .store import ObjectStore, put_resolved
 from .wal import first_missing
 
 log = logging.getLogger(__name__)
 
-COMMITS_DIR = "_memwal_commits"
-CHECKPOINTS_DIR = f"{COMMITS_DIR}/_checkpoints"
-LAST_CHECKPOINT_KEY = f"{COMMITS_DIR}/_last_checkpoint.json"
-RECORD_FORMAT = 1
-CHECKPOINT_FORMAT = 1
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
 # A commit re-checks its sequence number, floors and epochs when more than this passed
 # since it last checked (a stalled committer). Garbage collection never deletes a
-# record younger than twice this (see gc.MIN_RETAIN_SECONDS).
+# record compacted less than three times this ago (gc.MIN_RETAIN_SECONDS).
 COMMIT_DEADLINE_S = 10.0
-RECENT = 256  # record digests a checkpoint keeps, so a stalled committer can tell its own
-APPEND = "append"
-OVERWRITE = "overwrite"
-# A garbage collection: ``extra["floors"]`` maps shards to the first WAL position it
-# keeps. No later record may name a position below a shard's floor.
-GC = "gc"
-KINDS = (APPEND, OVERWRITE, GC)
-
-
-def record_key(sequence: int) -> str:
-    """Key of commit record ``sequence`` (1-based, zero-padded so listings sort)."""
-    return f"{COMMITS_DIR}/{sequence:020d}.json"
-
-
-def checkpoint_key(sequence: int) -> str:
-    """Key of the checkpoint that folds records ``1..sequence``."""
-    return f"{CHECKPOINTS_DIR}/{sequence:020d}.json"
-
-
-@dataclass(frozen=True)
-class CommittedRange:
-    """WAL entries ``first..last`` (inclusive) of ``shard_id`` written by ``epoch``."""
-
-    shard_id: str
-    epoch: int
-    first: int
-    last: int
-    rows: int = 0
-    bytes: int = 0
-    task: int | None = None
-    attempt: int | None = None
-    sstables: tuple[str, ...] = ()
-    # The record that committed it; set in checkpoints (a record knows its own).
-    sequence: int | None = None
-
-
-def _range_to_dict(r: CommittedRange) -> dict:
-    body = dict(asdict(r), sstables=list(r.sstables))
-    if body["sequence"] is None:
-        del body["sequence"]
-    return body
-
-
-def _range_from_dict(d: dict) -> CommittedRange:
-    return CommittedRange(**dict(d, sstables=tuple(d.get("sstables", ()))))
-
-
-@dataclass
-class CommitRecord:
-    """One atomic commit of one job or micro-batch."""
-
-    sequence: int
-    kind: str
-    job_id: str
-    ranges: list[CommittedRange]
-    created_ms: int = 0
-    writer_group: str = ""
-    query_id: str | None = None
-    batch_id: int | None = None
-    extra: dict = field(default_factory=dict)
-    txn_app_id: str | None = None
-    txn_version: int | None = None
-    # Its shards commit in epoch order (sharded tables): a newer committed epoch proves
-    # an older uncommitted attempt of that shard dead. See CommitLog.superseded.
-    ordered: bool = False
-
-    def to_json(self) -> bytes:
-        """The record's storage form."""
-        body = asdict(self)
-        body["format"] = RECORD_FORMAT
-        body["ranges"] = [_range_to_dict(r) for r in self.ranges]
-        return json.dumps(body, sort_keys=True).encode()
-
-    def digest(self) -> str:
-        """A short fingerprint of the record (checkpoints keep the recent ones)."""
-        return hashlib.sha256(self.to_json()).hexdigest()[:16]
-
-    @classmethod
-    def from_json(cls, data: bytes, where: str) -> CommitRecord:
-        """Parse a stored record; the error names where it came from."""
-        try:
-            body = json.loads(data)
-            if body.get("format", 1) > RECORD_FORMAT:
-                raise MemWalError(
-                    f"commit record {where} has format {body['format']}; this version of "
-                    f"memwal_datasource reads up to {RECORD_FORMAT}: upgrade it"
-                )
-            ranges = [_range_from_dict(r) for r in body["ranges"]]
-            return cls(sequence=int(body["sequence"]), kind=body["kind"], job_id=body["job_id"],
-                       ranges=ranges, created_ms=int(body.get("created_ms", 0)),
-                       writer_group=body.get("writer_group", ""),
-                       query_id=body.get("query_id"), batch_id=body.get("batch_id"),
-                       extra=body.get("extra", {}), txn_app_id=body.get("txn_app_id"),
-                       txn_version=body.get("txn_version"),
-                       ordered=bool(body.get("ordered", False)))
-        except MemWalError:
-            raise
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptEntryError(f"commit record {where} is corrupt: {exc}") from None
-
-
-STREAM_KEY_PREFIX = "stream:"  # reserved: users' txnAppId may not start with it
-
-
-def stream_app_id(query_id: str) -> str:
-    """The idempotency key under which a stream's micro-batches commit."""
-    return f"{STREAM_KEY_PREFIX}{query_id}"
-
-
-@dataclass(frozen=True)
-class Txn:
-    """An idempotency key, like Delta's ``txnAppId`` / ``txnVersion``.
-
-    A commit carrying ``(app_id, version)`` is skipped when the log already
-    holds a record of ``app_id`` with a version at least as high.
-    """
-
-    app_id: str
-    version: int
-
-
-@dataclass
-class CommitResult:
-    """What :meth:`CommitLog.append` did: the record, and whether it is new."""
-
-    record: CommitRecord
-    created: bool
-
-
-@dataclass
-class Checkpoint:
-    """Records ``1..sequence`` folded: what a reader needs without replaying them."""
-
-    sequence: int = 0
-    visible: list[CommittedRange] = field(default_factory=list)  # since the last overwrite
-    txn: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # app: version, seq, job
-    records: int = 0
-    last_overwrite: int | None = None
-    created_ms: int = 0
-    floors: dict[str, int] = field(default_factory=dict)  # shard: first WAL position kept
-    epochs: dict[str, int] = field(default_factory=dict)  # shard: highest committed epoch
-    recent: dict[int, str] = field(default_factory=dict)  # sequence: record digest
-    last_data: int = 0  # the last record that is not a gc record (compaction's work)
-
-    def fold(self, rec: CommitRecord) -> None:
-        """Apply the next record, ``sequence + 1``."""
-        self.sequence += 1
-        self.records += 1
-        self.recent[self.sequence] = rec.digest()
-        if rec.kind != GC:
-            self.last_data = self.sequence
-        if len(self.recent) > RECENT:
-            del self.recent[min(self.recent)]
-        for r in rec.ranges if rec.ordered else ():
-            self.epochs[r.shard_id] = max(r.epoch, self.epochs.get(r.shard_id, 0))
-        if rec.kind == GC:
-            for shard, floor in rec.extra.get("floors", {}).items():
-                self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
-            # Released ranges are in the base table: dropping them keeps checkpoints
-            # O(uncompacted ranges), not O(history).
-            self.visible = [r for r in self.visible
-                            if r.last >= self.floors.get(r.shard_id, 0)]
-        if rec.kind == OVERWRITE:
-            self.visible = []
-            self.last_overwrite = self.sequence
-        self.visible.extend(replace(r, sequence=self.sequence) for r in rec.ranges)
-        if rec.txn_app_id is not None and rec.txn_version is not None:
-            prior = self.txn.get(rec.txn_app_id)
-            if prior is None or rec.txn_version >= prior[0]:
-                self.txn[rec.txn_app_id] = (rec.txn_version, self.sequence, rec.job_id)
-
-    def copy(self) -> Checkpoint:
-        """A copy that folding does not share."""
-        return replace(self, visible=list(self.visible), txn=dict(self.txn),
-                       floors=dict(self.floors), epochs=dict(self.epochs),
-                       recent=dict(self.recent))
-
-    def state(self) -> tuple:
-        """What two checkpoints of the same records agree on (``created_ms`` aside)."""
-        return (self.sequence, self.visible, self.txn, self.records, self.last_overwrite,
-                self.floors, self.epochs, self.recent, self.last_data)
-
-    def to_json(self) -> bytes:
-        """The checkpoint's storage form."""
-        return json.dumps({
-            "format": CHECKPOINT_FORMAT, "sequence": self.sequence,
-            "created_ms": self.created_ms, "records": self.records,
-            "last_overwrite": self.last_overwrite,
-            "visible": [_range_to_dict(r) for r in self.visible],
-            "txn": {app: list(v) for app, v in self.txn.items()},
-            "floors": self.floors, "epochs": self.epochs, "last_data": self.last_data,
-            "recent": {str(k): v for k, v in self.recent.items()},
-        }, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes, where: str, sequence: int) -> Checkpoint:
-        """Parse the checkpoint stored as ``sequence``; errors name ``where``."""
-        try:
-            body = json.loads(data)
-            if body.get("format", 1) > CHECKPOINT_FORMAT:
-                raise MemWalError(
-                    f"commit checkpoint {where} has format {body['format']}; this version of "
-                    f"memwal_datasource reads up to {CHECKPOINT_FORMAT}: upgrade it")
-            last = body["last_overwrite"]
-            ck = cls(sequence=int(body["sequence"]),
-                     visible=[_range_from_dict(r) for r in body["visible"]],
-                     txn={str(app): (int(v[0]), int(v[1]), str(v[2]) if len(v) > 2 else "")
-                          for app, v in body["txn"].items()},
-                     records=int(body["records"]),
-                     last_overwrite=None if last is None else int(last),
-                     created_ms=int(body.get("created_ms", 0)),
-                     floors={str(k): int(v) for k, v in body.get("floors", {}).items()},
-                     epochs={str(k): int(v) for k, v in body.get("epochs", {}).items()},
-                     recent={int(k): str(v) for k, v in body.get("recent", {}).items()},
-                     last_data=int(body.get("last_data", body["sequence"])))
-        except MemWalError:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-            raise CorruptEntryError(f"commit checkpoint {where} is corrupt: {exc}") from None
-        if ck.sequence != sequence:
-            raise CorruptEntryError(f"commit checkpoint {where} says it folds records "
-                                    f"1..{ck.sequence}, but its name says 1..{sequence}")
-        return ck
 
 
 class CommitLog:
