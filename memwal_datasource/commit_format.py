@@ -163,6 +163,7 @@ class Checkpoint:
     epochs: dict[str, int] = field(default_factory=dict)  # shard: highest committed epoch
     recent: dict[int, str] = field(default_factory=dict)  # sequence: record digest
     last_data: int = 0  # the last record that is not a gc record (compaction's work)
+    released: int = 0  # records up to here had their WAL entries collected
 
     def fold(self, rec: CommitRecord) -> None:
         """Apply the next record, ``sequence + 1``."""
@@ -178,6 +179,7 @@ class Checkpoint:
         if rec.kind == GC:
             for shard, floor in rec.extra.get("floors", {}).items():
                 self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
+            self.released = max(self.released, int(rec.extra.get("released_seq", 0)))
             # Released ranges are in the base table: dropping them keeps checkpoints
             # O(uncompacted ranges), not O(history).
             self.visible = [r for r in self.visible
@@ -200,7 +202,7 @@ class Checkpoint:
     def state(self) -> tuple:
         """What two checkpoints of the same records agree on (``created_ms`` aside)."""
         return (self.sequence, self.visible, self.txn, self.records, self.last_overwrite,
-                self.floors, self.epochs, self.recent, self.last_data)
+                self.floors, self.epochs, self.recent, self.last_data, self.released)
 
     def to_json(self) -> bytes:
         """The checkpoint's storage form."""
@@ -211,6 +213,7 @@ class Checkpoint:
             "visible": [_range_to_dict(r) for r in self.visible],
             "txn": {app: list(v) for app, v in self.txn.items()},
             "floors": self.floors, "epochs": self.epochs, "last_data": self.last_data,
+            "released": self.released,
             "recent": {str(k): v for k, v in self.recent.items()},
         }, sort_keys=True).encode()
 
@@ -234,7 +237,8 @@ class Checkpoint:
                      floors={str(k): int(v) for k, v in body.get("floors", {}).items()},
                      epochs={str(k): int(v) for k, v in body.get("epochs", {}).items()},
                      recent={int(k): str(v) for k, v in body.get("recent", {}).items()},
-                     last_data=int(body.get("last_data", body["sequence"])))
+                     last_data=int(body.get("last_data", body["sequence"])),
+                     released=int(body.get("released", 0)))
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:

@@ -288,7 +288,7 @@ def collect(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECOND
                 try:
                     rec = table.commits.append(GC, [], extra={
                         "floors": {sp.shard_id: sp.floor for sp in todo.shards},
-                        "through_seq": todo.through_seq},
+                        "through_seq": todo.through_seq, "released_seq": todo.releasable_seq},
                         at_sequence=todo.through_seq + 1).record
                 except SequenceTaken:
                     hooks.point("gc.replan", sequence=todo.through_seq + 1)

@@ -86,7 +86,12 @@ def folded_upto(store: ObjectStore, base_version: int | None) -> tuple[int, int]
     """
     if base_version is None:
         return 0, 0
-    number = recorded_round(store, base_version)
+    try:
+        number = recorded_round(store, base_version)
+    except FileNotFoundError:
+        raise CollectedError(
+            f"read a newer version of the table: base version {base_version} is not stored "
+            "(Lance's cleanup_old_versions removed it, or it never existed)") from None
     if not number:
         return 0, 0
     try:

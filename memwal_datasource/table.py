@@ -316,6 +316,12 @@ class MemWalTable:
             except MemWalError:
                 version = None  # a bare MemWAL without a base table: nothing compacted
         number, compacted = folded_upto(self.store, version)
+        if compacted < state.released:
+            raise CollectedError(
+                f"read a newer version of the table: base version {version} holds commit "
+                f"records up to {compacted}, and garbage collection deleted the WAL entries "
+                f"of records up to {state.released}, so its rows since then are only in "
+                "newer base versions")
         # Never fold again here: a collection after the base was fixed could drop
         # ranges of a round newer than this base version.
         tail = [r for r in state.visible if (r.sequence or 0) > compacted]
