@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from .commit import CommitLog, CommittedRange
 from .errors import ConfigError, CorruptEntryError, MemWalError
-from .format import ShardManifest
+from .format import TOMBSTONE, FieldId, ShardManifest, entry_columns, has_field_ids
 from .lance_manifest import compacted_generations
 from .manifest import ManifestStore, list_shards
 from .options import lance_storage_options
@@ -77,6 +77,30 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None):
         return lance.dataset(uri, storage_options=lance_storage_options(storage_options))
     except (OSError, ValueError) as exc:
         raise MemWalError(f"no Lance table at {uri}: {exc}") from None
+
+
+def field_ids(ds) -> dict[str, FieldId]:
+    """``{name: FieldId}`` of the dataset's columns (their Lance field ids, nested too)."""
+
+    def one(f) -> FieldId:
+        return FieldId(f.id(), {c.name(): one(c) for c in f.children()})
+
+    return {f.name(): one(f) for f in ds.lance_schema.fields()}
+
+
+def lance_field_ids(uri: str, storage_options: Mapping[str, str] | None = None
+                    ) -> dict[str, FieldId] | None:
+    """The Lance field ids of the table at ``uri``; ``None`` if there is no Lance table
+    (a bare MemWAL: entries are then written without ids and matched by name)."""
+    import lance
+
+    try:
+        ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
+    except (OSError, ValueError) as exc:
+        if table_exists(uri, storage_options):  # there is one: the error is real
+            raise MemWalError(f"cannot read the Lance schema of {uri}: {exc}") from None
+        return None
+    return field_ids(ds)
 
 
 def ensure_mem_wal(ds) -> None:
@@ -168,7 +192,6 @@ COMPACTION_DIR = "_memwal_compaction"
 # number of the last compaction round committed there (a compare-and-set: Lance
 # refuses a generation not above the recorded one, atomically with the data).
 LEDGER_SHARD = "6d656d77-616c-4c65-8467-65722d636d70"
-TOMBSTONE = "_tombstone"  # the MemWAL format's delete marker column
 
 
 def round_key(number: int) -> str:
@@ -294,8 +317,8 @@ class MemWalTable:
         Only entries of each range's epoch count: another attempt's entry inside
         a committed position range was never committed.
         """
-        names = [f.name for f in schema]
         out_schema = schema.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
+        ids = None  # the table's field ids: columns renamed since an entry are found by id
         pieces: list[pa.RecordBatch] = []
         for rng in ranges:
             for _pos, entry in self.tailer(rng.shard_id).entries(rng.first, rng.last):
@@ -304,9 +327,9 @@ class MemWalTable:
                 for batch in entry.batches:
                     if not batch.num_rows:
                         continue
-                    tomb = (batch.column(TOMBSTONE) if TOMBSTONE in batch.schema.names
-                            else pa.repeat(False, batch.num_rows))
-                    cols = [batch.column(n) for n in names] + [tomb]
+                    if ids is None and has_field_ids(batch):
+                        ids = field_ids(self.dataset())
+                    cols = entry_columns(batch, schema, ids)
                     pieces.append(pa.RecordBatch.from_arrays(
                         [c if c.type.equals(f.type) else c.cast(f.type)
                          for c, f in zip(cols, out_schema, strict=True)], schema=out_schema))
