@@ -53,9 +53,31 @@ def with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema
     return pa.schema(fields, metadata=schema.metadata)
 
 
+def base_schema(schema: pa.Schema, primary_key: Sequence[str] = ()) -> pa.Schema:
+    """The schema a new base table is created with.
+
+    With a primary key: the key columns marked as Lance's unenforced primary key.
+    Without one: the columns and the hidden compaction key :data:`ROW_KEY`
+    (non-nullable ``int64``) as the unenforced primary key. LanceDB reads every
+    table with a MemWAL index through its LSM scanner, which refuses a table
+    without a primary key; with ``ROW_KEY`` it reads the base table, whose rows
+    compaction keys uniquely (see :mod:`memwal_datasource.compact`). Our writers
+    and readers hide the column (:func:`data_schema`, :func:`primary_key_of`).
+    """
+    if primary_key:
+        return with_primary_key(schema, primary_key)
+    if ROW_KEY in schema.names:
+        raise ConfigError(f"column '{ROW_KEY}' is reserved for the table's compaction key; "
+                          "rename that column")
+    return schema.append(pa.field(ROW_KEY, pa.int64(), nullable=False,
+                                  metadata={PK_METADATA_KEY: b"true"}))
+
+
 def primary_key_of(schema: pa.Schema) -> list[str]:
-    """Columns carrying Lance's primary-key metadata."""
-    return [f.name for f in schema if (f.metadata or {}).get(PK_METADATA_KEY) == b"true"]
+    """The user's primary-key columns: those carrying Lance's primary-key metadata,
+    but not the hidden compaction key of a table without one (:data:`ROW_KEY`)."""
+    return [f.name for f in schema
+            if (f.metadata or {}).get(PK_METADATA_KEY) == b"true" and f.name != ROW_KEY]
 
 
 def table_exists(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
@@ -118,12 +140,13 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str] = (),
                  storage_options: Mapping[str, str] | None = None):
     """Create an empty table with ``schema`` (and primary key) and a MemWAL.
 
-    If another process created it first, the existing table is returned.
+    A table without a primary key gets the hidden compaction key as Lance's
+    primary key (:func:`base_schema`), so LanceDB can read it. If another
+    process created it first, the existing table is returned.
     """
     import lance
 
-    if primary_key:
-        schema = with_primary_key(schema, primary_key)
+    schema = base_schema(schema, primary_key)
     opts = lance_storage_options(storage_options)
     try:
         ds = lance.write_dataset(schema.empty_table(), uri, mode="create",
