@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import compact as _compact_module  # noqa: F401
 from .config import ShardWriterConfig
 from .errors import ConfigError, Fenced, MemWalError, ShardSealedError, WriterPoisoned
+from .lance_readers import lancedb_table
 from .table import MemWalTable, read_table
 from .writer import open_shard_writer
 
@@ -26,6 +27,7 @@ __all__ = [
     "ShardWriterConfig",
     "WriterPoisoned",
     "compact",
+    "lancedb_table",
     "open_shard_writer",
     "read_table",
 ]
