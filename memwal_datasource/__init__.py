@@ -24,6 +24,7 @@ from .errors import (
     ShardSealedError,
     WriterPoisoned,
 )
+from .lance_readers import lancedb_table
 from .table import MemWalTable, read_table
 from .writer import open_shard_writer
 
@@ -41,6 +42,7 @@ __all__ = [
     "ShardWriterConfig",
     "WriterPoisoned",
     "compact",
+    "lancedb_table",
     "open_shard_writer",
     "read_table",
 ]

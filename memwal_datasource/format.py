@@ -11,13 +11,22 @@ Facts from the Lance MemWAL specification (``docs/src/format/table/mem_wal.md``)
   ``writer_epoch`` (decimal), ``generation`` (MemTable mode only) and
   ``fence_sentinel`` on the data-less entry a new writer drops at the tip.
 * The shard manifest is the ``lance.table.ShardManifest`` protobuf.
+
+WAL entries are written as pylance's writer writes them: every field carries
+its Lance field id (``lance:field_id`` field metadata, children of structs and
+lists too) and the entry ends with the non-nullable ``_tombstone`` column.
+Upstream Lance matches an entry's columns to the table's by field id (by name
+only when an entry carries none), so a column renamed through Lance
+(``alter_columns``) still replays. Entries written before that, without ids
+or ``_tombstone``, stay readable: :func:`entry_columns` falls back to names
+and a missing ``_tombstone`` means "not deleted".
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -30,6 +39,9 @@ WRITER_EPOCH_KEY = b"writer_epoch"
 GENERATION_KEY = b"generation"
 FENCE_SENTINEL_KEY = b"fence_sentinel"
 FENCE_SENTINEL_VALUE = b"true"
+FIELD_ID_KEY = b"lance:field_id"
+TOMBSTONE = "_tombstone"  # the MemWAL format's delete marker column, last in every entry
+TOMBSTONE_FIELD = pa.field(TOMBSTONE, pa.bool_(), nullable=False)
 # Arrow IPC end-of-stream: continuation marker, then a zero metadata length.
 IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _MAX_U64 = (1 << 64) - 1
@@ -50,6 +62,10 @@ __all__ = [
     "encode_version_hint",
     "encode_wal_buffer",
     "encode_wal_entry",
+    "entry_columns",
+    "has_field_ids",
+    "FieldId",
+    "wal_entry_schema",
     "manifest_key",
     "parse_bit_reversed_name",
     "version_hint_key",
@@ -94,6 +110,112 @@ def version_hint_key(shard_id: str) -> str:
     return f"{MEM_WAL_DIR}/{shard_id}/manifest/version_hint.json"
 
 
+# --- Lance field ids -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class FieldId:
+    """A Lance field id and its children's, by name (``LanceSchema.fields()``)."""
+
+    id: int
+    children: dict[str, FieldId] = field(default_factory=dict)
+
+
+def field_id(f: pa.Field) -> int | None:
+    """The ``lance:field_id`` an entry's field carries, or ``None`` (an old entry)."""
+    raw = (f.metadata or {}).get(FIELD_ID_KEY)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def has_field_ids(batch: pa.RecordBatch | pa.Schema) -> bool:
+    """True if an entry's fields carry Lance field ids (written by pylance or by us)."""
+    schema = batch if isinstance(batch, pa.Schema) else batch.schema
+    return any(field_id(f) is not None for f in schema)
+
+
+def _stamp(f: pa.Field, ids: Mapping[str, FieldId]) -> pa.Field:
+    fid = ids.get(f.name)
+    if fid is None:
+        return f
+    t = f.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_stamp(t.field(i), fid.children) for i in range(t.num_fields)])
+    elif pa.types.is_list(t):
+        t = pa.list_(_stamp(t.value_field, fid.children))
+    elif pa.types.is_large_list(t):
+        t = pa.large_list(_stamp(t.value_field, fid.children))
+    elif pa.types.is_fixed_size_list(t):
+        t = pa.list_(_stamp(t.value_field, fid.children), t.list_size)
+    meta = dict(f.metadata or {})
+    meta[FIELD_ID_KEY] = str(fid.id).encode()
+    return pa.field(f.name, t, f.nullable, meta)
+
+
+def wal_entry_schema(schema: pa.Schema, ids: Mapping[str, FieldId] | None) -> pa.Schema:
+    """The schema of a data entry, as pylance's writer writes it.
+
+    Every field of ``schema`` that the table knows gets its Lance field id
+    (nested ones too), and ``_tombstone`` (non-nullable bool, no id) is
+    appended unless ``schema`` has it already (delete markers). With ``ids``
+    ``None`` (no Lance table to ask) fields keep no id and are matched by name.
+    """
+    fields = [_stamp(f, ids) if ids else f for f in schema]
+    if TOMBSTONE not in schema.names:
+        fields.append(TOMBSTONE_FIELD)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _relabel(col: pa.Array, want: pa.DataType) -> pa.Array:
+    """``col`` as ``want`` when only nested field names differ (a rename), else cast."""
+    if col.type.equals(want):
+        return col
+    try:
+        return col.view(want)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        return col.cast(want)
+
+
+def entry_columns(batch: pa.RecordBatch, schema: pa.Schema,
+                  ids: Mapping[str, FieldId] | None = None) -> list[pa.Array]:
+    """``schema``'s columns (then ``_tombstone``) from one decoded entry batch.
+
+    A column is found by the Lance field id ``ids`` gives its current name when
+    the entry's fields carry ids (so a column renamed since the entry was written
+    is found under its new name), else by name. A column the entry does not hold
+    (added since) is null. ``_tombstone`` is all false when the entry has none.
+    """
+    by_id: dict[int, int] = {}
+    for i, f in enumerate(batch.schema):
+        fid = field_id(f)
+        if fid is not None:
+            by_id[fid] = i
+    n = batch.num_rows
+    cols = []
+    for f in schema:
+        if f.name == TOMBSTONE:
+            continue
+        want = ids.get(f.name) if ids else None
+        i = by_id.get(want.id) if want is not None and by_id else None
+        if i is None:
+            j = batch.schema.get_field_index(f.name)
+            # An entry with ids whose same-named field has another id holds another column.
+            if j >= 0 and (want is None or field_id(batch.schema.field(j)) is None):
+                i = j
+        if i is None:
+            if not f.nullable:
+                raise CorruptEntryError(
+                    f"a WAL entry has no column '{f.name}' (field id "
+                    f"{want.id if want else 'unknown'}), which is not nullable")
+            cols.append(pa.nulls(n, f.type))
+        else:
+            cols.append(_relabel(batch.column(i), f.type))
+    t = batch.schema.get_field_index(TOMBSTONE)
+    cols.append(batch.column(t) if t >= 0 else pa.repeat(False, n))
+    return cols
+
+
 # --- WAL entries ------------------------------------------------------------
 
 @dataclass
@@ -133,15 +255,24 @@ def encode_wal_buffer(
     if fence_sentinel:
         metadata[FENCE_SENTINEL_KEY] = FENCE_SENTINEL_VALUE
     tagged = schema.with_metadata(metadata)
-    # Batches may carry their own schema metadata; the stream's wins.
-    items = [] if fence_sentinel else [
-        b if b.schema.equals(tagged) else pa.RecordBatch.from_arrays(b.columns, schema=tagged)
-        for b in batches]
+    # Batches may carry their own schema metadata; the stream's wins. A batch
+    # without the schema's trailing _tombstone column gets it all false (upserts).
+    items = [] if fence_sentinel else [_as_entry_batch(b, tagged) for b in batches]
     counter = pa.MockOutputStream()
     _write_stream(counter, tagged, items)
     out = pa.allocate_buffer(counter.size())
     _write_stream(pa.FixedSizeBufferWriter(out), tagged, items)
     return out
+
+
+def _as_entry_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(schema):
+        return batch
+    cols = batch.columns
+    if (len(cols) + 1 == len(schema) and schema.names[-1] == TOMBSTONE
+            and TOMBSTONE not in batch.schema.names):
+        cols = [*cols, pa.repeat(False, batch.num_rows)]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def _write_stream(sink, schema: pa.Schema, batches: list[pa.RecordBatch]) -> None:

@@ -13,10 +13,20 @@ pylance opens a shard that has a manifest, :func:`advance_replay_to_tip`
 fences it (a claim and a sentinel, as any new writer) and moves the replay
 position to that sentinel: pylance replays nothing, and the SSTables an
 attempt flushes hold only its own rows, which its commit message names.
+
+What Lance's own readers see: every shard this package opens in MemTable mode
+is first **hidden** (:func:`hide_shard`): the base table records the shard's
+compacted generation as :data:`HIDDEN_GENERATION`, far above any generation a
+writer reaches, so spec-following readers (LanceDB, an ``LsmScanner`` built
+from shard manifests) skip every SSTable of the shard, committed or not, and
+read the base table: exactly what compaction committed, never a running,
+failed or fenced attempt's SSTable. Committed MemTable rows reach them when
+compaction folds their WAL ranges into the base (as WAL-only rows do).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 
@@ -26,6 +36,7 @@ from . import hooks
 from .config import ShardWriterConfig
 from .errors import ConfigError, Fenced, MemWalError, WriterPoisoned
 from .format import ShardManifest
+from .lance_manifest import compacted_generations
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import ObjectStore, open_store
@@ -48,6 +59,14 @@ _NOT_SETTABLE = ("max_wal_persist_retries", "wal_persist_retry_base_delay_ms",
                  "backpressure_timeout_ms")
 _FENCED = re.compile(r"local epoch (\d+) < stored epoch (\d+)")
 _GENERATION = re.compile(r"_gen_(\d+)$")  # SSTable directories are {8 hex}_gen_{G}
+# A shard's compacted generation in the base table that hides all its SSTables from
+# spec-following readers (they skip generations at or below it). Far above any
+# generation a writer reaches, with room left in Lance's u64.
+HIDDEN_GENERATION = 1 << 62
+_STALE = re.compile(r"Stale SSTable compaction", re.IGNORECASE)
+_HIDE_ATTEMPTS = 10
+
+log = logging.getLogger(__name__)
 
 
 def native_storage_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
@@ -96,6 +115,46 @@ def check_primary_key(uri: str, schema: pa.Schema) -> None:
             "keep the newest row per primary key and refuse a table without one. Create the "
             "table with option 'primary_key' (Lance's 'lance-schema:unenforced-primary-key' "
             "field metadata), or write with enable_memtable=false")
+
+
+def hide_shard(table: MemWalTable, shard_id: str, ds=None) -> bool:
+    """Hide every SSTable of ``shard_id`` from Lance's readers; ``True`` if this call did.
+
+    Commits one base-table version (an empty ``merge_insert`` on the primary
+    key carrying ``mark_sstables_as_compacted([(shard, HIDDEN_GENERATION)])``)
+    unless the base already records the shard at that generation. Lance merges
+    concurrent marks of different shards; a concurrent mark of the same shard
+    is refused as stale, which means it is hidden. Done once per shard, before
+    its first MemTable SSTable exists (see the module doc).
+    """
+    from lance.mem_wal import CompactedSsTable
+
+    shard_id = ManifestStore(table.store, shard_id).shard_id
+    for _ in range(_HIDE_ATTEMPTS):
+        ds = ds if ds is not None else table.dataset()
+        if compacted_generations(table.store, ds.version).get(shard_id, 0) >= HIDDEN_GENERATION:
+            return False
+        pk = primary_key_of(ds.schema)
+        if not pk:
+            return False  # no MemTable mode, so no SSTables to hide
+        try:
+            (ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all()
+             .mark_sstables_as_compacted([CompactedSsTable(shard_id, HIDDEN_GENERATION)])
+             .execute(ds.schema.empty_table()))
+        except OSError as exc:
+            if _STALE.search(str(exc)):
+                return False  # a concurrent opener hid it
+            if "conflict" not in str(exc).lower():
+                raise MemWalError(
+                    f"shard {shard_id}: could not record it as hidden in the base table at "
+                    f"{table.uri} ({exc}); check write access to the table and retry") from None
+            ds = None  # a conflicting commit: re-read and try again
+            continue
+        hooks.point("native.hidden", shard=shard_id)
+        log.info("shard %s: SSTables hidden from Lance readers until compaction", shard_id)
+        return True
+    raise MemWalError(f"shard {shard_id}: gave up recording it as hidden in {table.uri} after "
+                      f"{_HIDE_ATTEMPTS} commit conflicts; retry the write")
 
 
 def advance_replay_to_tip(store: ObjectStore, shard_id: str) -> ShardManifest | None:
@@ -227,6 +286,8 @@ class NativeShardWriter(ShardWriter):
             ) from None
         check_primary_key(uri, ds.schema)
         manifests = ManifestStore(store, shard_id)
+        if hide_shard(MemWalTable(uri, storage_options, store=store), manifests.shard_id, ds):
+            ds = lance.dataset(uri, storage_options=native_storage_options(storage_options))
         before = advance_replay_to_tip(store, manifests.shard_id)
         tip_before = WalTailer(store, manifests.shard_id).next_position()
         kwargs = {name: getattr(config, name) for name in NATIVE_KWARGS}

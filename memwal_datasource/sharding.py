@@ -339,8 +339,7 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
 
     if request is None and not primary_key:
         return table.create_table(uri, schema, primary_key, storage_options)
-    if primary_key:
-        schema = table.with_primary_key(schema, primary_key)  # names checked here
+    schema = table.base_schema(schema, primary_key)  # key names checked here
     explicit = request is not None
     if request is None:
         request = default_request(schema, primary_key)

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .commit import CommitLog, CommittedRange
 from .errors import CollectedError, ConfigError, MemWalError, MissingEntryError
-from .format import ShardManifest
+from .format import TOMBSTONE, FieldId, ShardManifest, entry_columns, has_field_ids
 from .manifest import ManifestStore, list_shards
 from .options import lance_storage_options
 from .rounds import (  # noqa: F401 - re-exported: compaction state as the table sees it
@@ -59,9 +59,31 @@ def with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema
     return pa.schema(fields, metadata=schema.metadata)
 
 
+def base_schema(schema: pa.Schema, primary_key: Sequence[str] = ()) -> pa.Schema:
+    """The schema a new base table is created with.
+
+    With a primary key: the key columns marked as Lance's unenforced primary key.
+    Without one: the columns and the hidden compaction key :data:`ROW_KEY`
+    (non-nullable ``int64``) as the unenforced primary key. LanceDB reads every
+    table with a MemWAL index through its LSM scanner, which refuses a table
+    without a primary key; with ``ROW_KEY`` it reads the base table, whose rows
+    compaction keys uniquely (see :mod:`memwal_datasource.compact`). Our writers
+    and readers hide the column (:func:`data_schema`, :func:`primary_key_of`).
+    """
+    if primary_key:
+        return with_primary_key(schema, primary_key)
+    if ROW_KEY in schema.names:
+        raise ConfigError(f"column '{ROW_KEY}' is reserved for the table's compaction key; "
+                          "rename that column")
+    return schema.append(pa.field(ROW_KEY, pa.int64(), nullable=False,
+                                  metadata={PK_METADATA_KEY: b"true"}))
+
+
 def primary_key_of(schema: pa.Schema) -> list[str]:
-    """Columns carrying Lance's primary-key metadata."""
-    return [f.name for f in schema if (f.metadata or {}).get(PK_METADATA_KEY) == b"true"]
+    """The user's primary-key columns: those carrying Lance's primary-key metadata,
+    but not the hidden compaction key of a table without one (:data:`ROW_KEY`)."""
+    return [f.name for f in schema
+            if (f.metadata or {}).get(PK_METADATA_KEY) == b"true" and f.name != ROW_KEY]
 
 
 def table_exists(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
@@ -85,6 +107,30 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None):
         raise MemWalError(f"no Lance table at {uri}: {exc}") from None
 
 
+def field_ids(ds) -> dict[str, FieldId]:
+    """``{name: FieldId}`` of the dataset's columns (their Lance field ids, nested too)."""
+
+    def one(f) -> FieldId:
+        return FieldId(f.id(), {c.name(): one(c) for c in f.children()})
+
+    return {f.name(): one(f) for f in ds.lance_schema.fields()}
+
+
+def lance_field_ids(uri: str, storage_options: Mapping[str, str] | None = None
+                    ) -> dict[str, FieldId] | None:
+    """The Lance field ids of the table at ``uri``; ``None`` if there is no Lance table
+    (a bare MemWAL: entries are then written without ids and matched by name)."""
+    import lance
+
+    try:
+        ds = lance.dataset(uri, storage_options=lance_storage_options(storage_options))
+    except (OSError, ValueError) as exc:
+        if table_exists(uri, storage_options):  # there is one: the error is real
+            raise MemWalError(f"cannot read the Lance schema of {uri}: {exc}") from None
+        return None
+    return field_ids(ds)
+
+
 def ensure_mem_wal(ds) -> None:
     """Initialise the MemWAL index unless it already is (racing creators are fine)."""
     if ds.mem_wal_index_details() is not None:
@@ -100,12 +146,13 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str] = (),
                  storage_options: Mapping[str, str] | None = None):
     """Create an empty table with ``schema`` (and primary key) and a MemWAL.
 
-    If another process created it first, the existing table is returned.
+    A table without a primary key gets the hidden compaction key as Lance's
+    primary key (:func:`base_schema`), so LanceDB can read it. If another
+    process created it first, the existing table is returned.
     """
     import lance
 
-    if primary_key:
-        schema = with_primary_key(schema, primary_key)
+    schema = base_schema(schema, primary_key)
     opts = lance_storage_options(storage_options)
     try:
         ds = lance.write_dataset(schema.empty_table(), uri, mode="create",
@@ -169,7 +216,6 @@ def same_logical_type(a: pa.DataType, b: pa.DataType) -> bool:
 
 # --- the memwal table: one object every reader, writer and tool goes through ---------
 
-TOMBSTONE = "_tombstone"  # the MemWAL format's delete marker column
 
 
 @dataclass(frozen=True)
@@ -340,6 +386,7 @@ class MemWalTable:
         a committed position range was never committed.
         """
         out_schema = schema.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
+        ids = None  # the table's field ids: columns renamed since an entry are found by id
         pieces: list[pa.RecordBatch] = []
         for rng in ranges:
             for _pos, entry in self.entries(rng.shard_id, rng.first, rng.last):
@@ -348,9 +395,9 @@ class MemWalTable:
                 for batch in entry.batches:
                     if not batch.num_rows:
                         continue
-                    tomb = (batch.column(TOMBSTONE) if TOMBSTONE in batch.schema.names
-                            else pa.repeat(False, batch.num_rows))
-                    cols = [entry_column(batch, f, rng.shard_id) for f in schema] + [tomb]
+                    if ids is None and has_field_ids(batch):
+                        ids = field_ids(self.dataset())
+                    cols = entry_columns(batch, schema, ids)
                     pieces.append(pa.RecordBatch.from_arrays(
                         [c if c.type.equals(f.type) else c.cast(f.type)
                          for c, f in zip(cols, out_schema, strict=True)], schema=out_schema))
@@ -404,18 +451,6 @@ class MemWalTable:
         if pk and tail.num_rows:  # rows the tail replaced or deleted
             base = base.join(tail.select(pk), keys=pk, join_type="left anti")
         return pa.concat_tables([base.select(schema.names).cast(schema), live.cast(schema)])
-
-
-def entry_column(batch: pa.RecordBatch, f: pa.Field, shard_id: str) -> pa.Array:
-    """Column ``f`` of a WAL batch; nulls where the entry predates a column added later."""
-    i = batch.schema.get_field_index(f.name)
-    if i >= 0:
-        return batch.column(i)
-    if not f.nullable:
-        raise MissingEntryError(
-            f"make column '{f.name}' nullable before reading: WAL entries of shard "
-            f"{shard_id} were written before it was added, and it is not nullable")
-    return pa.nulls(batch.num_rows, f.type)
 
 
 def last_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:

@@ -154,6 +154,12 @@ class WalAppender:
             hooks.point("open.sentinel", shard=manifests.shard_id, epoch=m.writer_epoch,
                         position=res.position)
         appender._check_fence()
+        below = (appender.sentinel_position or appender.next_position) - 1
+        if below > m.replay_after_wal_entry_position:
+            # Replay debt: entries above the replay position that an older attempt left
+            # (it never closed). Uncommitted, or read from the WAL ranges commit records
+            # name: a native opener must not replay them into SSTables.
+            appender._advance_replay(appender.next_position - 1)
         return appender
 
     def append(
@@ -217,6 +223,34 @@ class WalAppender:
         except Exception as exc:  # noqa: BLE001 - an unknowable fence is a poisoned writer
             raise self._poison(
                 f"could not read the shard manifest to check the fence ({exc})") from exc
+
+    def release_replay(self) -> None:
+        """Move the shard's replay position past this writer's entries (at close).
+
+        A native opener (pylance's writer, LanceDB's ``merge_insert``) replays every
+        entry above ``replay_after_wal_entry_position`` into SSTables that no commit
+        record names; our readers and the compactor read these entries from the WAL
+        ranges commit records name. Also the close's fence check: raises
+        :class:`Fenced` if a newer epoch holds the shard.
+        """
+        if self.last_position is not None:
+            self._advance_replay(self.last_position)
+        else:
+            self._check_fence()
+
+    def _advance_replay(self, position: int) -> None:
+        def advance(m) -> None:
+            m.replay_after_wal_entry_position = max(m.replay_after_wal_entry_position, position)
+            m.wal_entry_position_last_seen = max(m.wal_entry_position_last_seen, position)
+
+        try:
+            self.manifests.commit_update(self.epoch, advance)
+        except Fenced as exc:
+            raise self._fail(exc) from None
+        except Exception as exc:  # noqa: BLE001 - an unknowable fence is a poisoned writer
+            raise self._poison(
+                f"could not move the shard manifest's replay position ({exc})") from exc
+        hooks.point("replay.advanced", shard=self.shard_id, epoch=self.epoch, position=position)
 
     def _append_bytes(self, data: bytes | pa.Buffer) -> AppendResult:
         if self._error is not None:

@@ -30,9 +30,9 @@ import pyarrow as pa
 from . import hooks
 from .config import ShardWriterConfig
 from .errors import ConfigError, MemWalError
-from .format import encode_wal_buffer
+from .format import FieldId, encode_wal_buffer, wal_entry_schema
 from .store import ObjectStore, open_store
-from .table import same_logical_type
+from .table import lance_field_ids, same_logical_type
 from .wal import WalAppender
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,11 @@ class _Pending:
 class WalOnlyShardWriter(ShardWriter):
     """Our asynchronous, batched, fenced WAL-only writer."""
 
-    def __init__(self, appender: WalAppender, schema: pa.Schema, config: ShardWriterConfig):
+    def __init__(self, appender: WalAppender, schema: pa.Schema, config: ShardWriterConfig,
+                 field_ids: Mapping[str, FieldId] | None = None):
         self._appender = appender
+        # What entries carry: the table's Lance field ids and a _tombstone column.
+        self._entry_schema = wal_entry_schema(schema, field_ids)
         # Without durable_write a put need not be durable when it returns, so the PUT
         # path skips fsyncs: a sync thread makes landed entries durable behind it
         # (so the disk works while the next entry is encoded and written), and
@@ -302,7 +305,9 @@ class WalOnlyShardWriter(ShardWriter):
         if self._stats.rows:
             # A writer that stalled across a newer claim (a retried attempt, a garbage
             # collection that freed the slots it then wrote) must not report success.
-            self._appender._check_fence()  # noqa: SLF001 - same package, terminal on failure
+            # The same manifest update moves the replay position past our entries, so
+            # no native opener replays them (see WalAppender.release_replay).
+            self._appender.release_replay()
         hooks.point("writer.closed", shard=self.shard_id, epoch=self.epoch)
 
     def abort(self) -> None:
@@ -428,7 +433,8 @@ class WalOnlyShardWriter(ShardWriter):
                 previous = self._inflight
             started = time.monotonic()
             try:
-                data = encode_wal_buffer(self.schema, [p.batch for p in take], self.epoch)
+                data = encode_wal_buffer(self._entry_schema, [p.batch for p in take],
+                                         self.epoch)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting put
                 self._fail(exc)
                 return
@@ -492,17 +498,25 @@ def open_shard_writer(
     storage_options: Mapping[str, str] | None = None,
     *,
     store: ObjectStore | None = None,
+    field_ids: Mapping[str, FieldId] | None = None,
 ) -> ShardWriter:
-    """Validate ``config``, claim the shard and return a writer of the configured mode."""
+    """Validate ``config``, claim the shard and return a writer of the configured mode.
+
+    WAL-only entries carry the table's Lance field ids as pylance's do:
+    ``field_ids`` (from :func:`memwal_datasource.table.field_ids`) saves reading
+    them from the table at ``uri``; without a Lance table there, entries carry none.
+    """
     config = (config or ShardWriterConfig()).validate()
     if config.enable_memtable:
         from .native import NativeShardWriter
 
         return NativeShardWriter.open(uri, shard_id, schema, config, storage_options)
     store = store or open_store(uri, storage_options)
+    if field_ids is None:
+        field_ids = lance_field_ids(uri, storage_options)
     appender = WalAppender.open(
         store, shard_id, schema=schema,
         max_retries=config.max_wal_persist_retries,
         retry_base_delay_ms=config.wal_persist_retry_base_delay_ms,
     )
-    return WalOnlyShardWriter(appender, schema, config)
+    return WalOnlyShardWriter(appender, schema, config, field_ids)

@@ -162,17 +162,30 @@ def test_native_writer_replays_our_wal_only_entries(table):
         for i in range(3):
             ours.put(make_batch(i * 10, 3))
     assert ours.stats().last_wal_position == 3
+    # Our close moves the replay position past our entries: a native opener replays
+    # nothing (committed rows are read from their WAL ranges, never from SSTables).
+    manifests = ManifestStore(store, shard)
+    assert manifests.latest().replay_after_wal_entry_position == 3
+    w = native(uri, opts, shard)
+    assert w.memtable_stats()["row_count"] == 0
+    w.close()
+    # As an older version of this package left it (replay position 0, entries without
+    # field ids or _tombstone aside): pylance replays our entries.
+    m = manifests.latest()
+    manifests.commit_update(m.writer_epoch, lambda m: setattr(
+        m, "replay_after_wal_entry_position", 0))
 
     w = native(uri, opts, shard)
-    assert ManifestStore(store, shard).latest().writer_epoch == 2
+    assert ManifestStore(store, shard).latest().writer_epoch == 3
     assert lsm_ids(w) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
     assert w.memtable_stats()["row_count"] == 9
     w.put(arrow(make_batch(100, 1)))
     w.close()
     assert [(p, e, s) for p, e, s, _, _ in entries(store, shard)] == [
-        (1, 1, False), (2, 1, False), (3, 1, False), (4, 2, True), (5, 2, False)]
+        (1, 1, False), (2, 1, False), (3, 1, False), (4, 2, True), (5, 3, True),
+        (6, 3, False)]
     m = ManifestStore(store, shard).latest()
-    assert m.replay_after_wal_entry_position == 5 and m.sstables[0].physical_rows == 10
+    assert m.replay_after_wal_entry_position == 6 and m.sstables[0].physical_rows == 10
     # And once more, now from the SSTable.
     w3 = native(uri, opts, shard)
     assert lsm_ids(w3) == [0, 1, 2, 10, 11, 12, 20, 21, 22, 100]
@@ -237,7 +250,9 @@ def test_our_wal_only_writer_fences_native_through_our_wrapper(table):
     ours.put(make_batch(2, 1))
     ours.close()
     w = native(uri, opts, shard)
-    assert lsm_ids(w) == [0, 2]
+    # Nothing replayed: the fenced native attempt's row 0 was never committed, and our
+    # row 2 is read from its WAL range (our close moved the replay position past it).
+    assert lsm_ids(w) == []
     w.close()
 
 

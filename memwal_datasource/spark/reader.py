@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..commit import CommittedRange, CommittedView
+from ..format import entry_columns, has_field_ids
 from ..manifest import list_shards
 from ..store import open_store
 from ..table import (
@@ -23,7 +24,7 @@ from ..table import (
     TOMBSTONE,
     MemWalTable,
     data_schema,
-    entry_column,
+    field_ids,
     last_per_key,
     primary_key_of,
 )
@@ -114,25 +115,26 @@ def read_partition(opts: ReadOptions, table_schema: pa.Schema,
                    part: WalRange) -> Iterator[pa.RecordBatch]:
     """Yield the partition's rows as record batches, one WAL entry at a time."""
     schema = output_schema(table_schema, opts.metadata_columns)
-    fields = [f for f in table_schema if f.name != TOMBSTONE]
+    wanted = pa.schema([f for f in table_schema if f.name != TOMBSTONE])
     table = MemWalTable(opts.path, opts.storage)
+    ids = None  # the table's field ids: columns renamed since an entry are found by id
     for pos, entry in table.entries(part.shard_id, part.first, part.last):
         if not _visible_epoch(part, pos, entry.writer_epoch):
             continue
         for batch in entry.batches:
             if not batch.num_rows:
                 continue
-            has_tomb = TOMBSTONE in batch.schema.names
+            if ids is None and has_field_ids(batch):
+                ids = field_ids(table.dataset())
+            *cols, tomb = entry_columns(batch, wanted, ids)
             n = batch.num_rows
-            cols = [entry_column(batch, f, part.shard_id) for f in fields]
             if opts.metadata_columns:
-                tomb = batch.column(TOMBSTONE) if has_tomb else pa.repeat(False, n)
                 cols += [pa.repeat(part.shard_id, n), pa.repeat(pos, n),
                          pa.repeat(entry.writer_epoch, n), tomb]
             out = cast_columns(cols, schema)
-            if has_tomb and not opts.metadata_columns:
+            if not opts.metadata_columns:
                 # Deletes are markers, not rows; with metadata columns they are shown.
-                out = out.filter(pc.invert(batch.column(TOMBSTONE)))
+                out = out.filter(pc.invert(tomb))
             if out.num_rows:
                 yield out
 

@@ -236,8 +236,9 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
         return table
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
-    return sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
-                                 opts.shard_by).schema
+    created = sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
+                                    opts.shard_by).schema
+    return without_row_key(created)  # a table without a primary key is created with it
 
 
 class MemWalDataSource(DataSource):

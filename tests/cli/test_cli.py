@@ -110,7 +110,7 @@ def test_every_command_has_json_with_stable_keys(table):
             info["sentinel_entries"], info["uncommitted_entries"]) == (1, 2, 1, 1, 0)
     assert info["committed_bytes"] == 1536  # raw numbers, not "1.5 KiB"
     body = json.loads(invoke("manifest", uri, SHARD, "--json").stdout)
-    assert body["status"] == "ACTIVE" and body["version"] == 2
+    assert body["status"] == "ACTIVE" and body["version"] == 3  # the close moved replay_after
     assert set(body) >= {"shard_id", "writer_epoch", "sstables", "shard_field_entries"}
     (rec,) = json.loads(invoke("commits", uri, "--json").stdout)["commits"]
     assert rec["sequence"] == 1 and rec["kind"] == "append" and rec["bytes"] == 1536
