@@ -379,7 +379,12 @@ class CommitLog:
             key = record_key(seq)
             hooks.point("commit.before", sequence=seq)
             if time.monotonic() - checked > COMMIT_DEADLINE_S:
-                continue  # stalled since the checks: a collector may have moved on, check again
+                # Stalled since the checks: a collector may have moved on. Look again,
+                # from the newest checkpoint, at a number that is free now.
+                self._relist()
+                if at_sequence is None:
+                    seq = self.next_sequence()
+                continue
             if put_resolved(self.store, key, rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}"):

@@ -65,7 +65,7 @@ import pyarrow.compute as pc
 
 from . import hooks
 from .commit import OVERWRITE, CommittedRange
-from .errors import MemWalError
+from .errors import CollectedError, MemWalError
 from .lance_manifest import compacted_generations
 from .rounds import LEDGER_SHARD, CompactionRound, mark_done, oldest_kept_round, round_key
 from .store import put_resolved
@@ -328,7 +328,16 @@ def _run_round(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
     t0 = time.perf_counter()
     ds = table.dataset()
     ranges, overwrite = round_ranges(table, rnd)
-    rows = table.range_rows(ranges, data_schema(ds.schema))
+    try:
+        rows = table.range_rows(ranges, data_schema(ds.schema))
+    except CollectedError:
+        # We stalled: another compactor committed this round and gc collected its entries.
+        if table.compacted_round(table.dataset().version) < rnd.number:
+            raise
+        log.info("memwal compaction round %d: already committed by another compactor",
+                 rnd.number)
+        return RoundResult(rnd.number, rnd.after_seq, rnd.upto_seq, 0, 0, False,
+                           time.perf_counter() - t0, table.dataset().version)
     live, deleted = fold_rows(rows, primary_key_of(ds.schema))
     return commit_round(table, rnd, live, deleted, overwrite, sstable_marks(ranges), ds=ds,
                         started=t0)
