@@ -9,28 +9,37 @@ done marker.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import Counter
+from datetime import timedelta
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
+from memwal_datasource import commit as commit_mod
 from memwal_datasource import hooks
 from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange, record_key
 from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.errors import CommitRefused
+from memwal_datasource.errors import CollectedError, CommitRefused
 from memwal_datasource.format import wal_key
-from memwal_datasource.gc import collect, plan
+from memwal_datasource.gc import MIN_RETAIN_SECONDS, collect, plan
+from memwal_datasource.rounds import done_ms, round_key
+from memwal_datasource.spark.stream import readable_from
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
+from memwal_datasource.table import MemWalTable, create_table, read_table
 from memwal_datasource.wal import WalAppender
 from memwal_datasource.writer import open_shard_writer
 from tests.helpers import (
     SCHEMA,
+    DelegatingStore,
     committed_view,
     later,
     new_shard,
+    stream_reader,
     stream_rows,
 )
 from tests.test_compact import batch, write
@@ -166,6 +175,70 @@ def test_commit_landing_while_gc_runs_is_never_hidden(pk_table, kind, when):
     assert every_reader(uri, opts) == want
 
 
+# --- 2. a whole-table read racing compaction and gc ---------------------------------------
+
+class PausingTable(MemWalTable):
+    """A table whose ``dataset()`` call number ``at`` (1-based) waits for ``go``.
+
+    In ``to_table`` call 1 comes after the commit log is folded and before the base
+    version is fixed; call 2 after the snapshot is planned and before the base and
+    the tail's WAL entries are read.
+    """
+
+    def __init__(self, uri, opts, at: int):
+        super().__init__(uri, opts)
+        self.at, self.calls = at, 0
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def dataset(self, version=None):
+        self.calls += 1
+        if self.calls == self.at:
+            self.reached.set()
+            assert self.go.wait(120), "never released"
+        return super().dataset(version)
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["pk", "plain"])
+@pytest.mark.parametrize("at", [1, 2], ids=["after_fold", "after_plan"])
+def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
+    """to_table() pauses after its fold (or after its whole plan) while a round commits
+    the tail, a checkpoint is taken and gc releases the tail's WAL entries and the
+    records below the checkpoint: it returns every committed row exactly once."""
+    uri, opts = location
+    create_table(uri, SCHEMA, primary_key=["id"] if keyed else [], storage_options=opts)
+    a, b = new_shard(), new_shard()
+    want: Counter = Counter()
+    for i, shard in enumerate([a, b, a]):
+        ids = [10 * i, 10 * i + 1]
+        write(uri, opts, shard, [batch(ids, f"c{i}")])
+        want.update((j, f"c{i}-{j}") for j in ids)
+    compact(MemWalTable(uri, opts))
+    for i, shard in enumerate([b, a, b], start=3):
+        ids = [10 * i, 10 * i + 1]
+        write(uri, opts, shard, [batch(ids, f"t{i}")])
+        want.update((j, f"t{i}-{j}") for j in ids)
+    assert len(MemWalTable(uri, opts).committed_tail()) == 3
+    reader = PausingTable(uri, opts, at)
+    t, out = in_thread("reader", reader.to_table)
+    try:
+        assert reader.reached.wait(120)
+        table = MemWalTable(uri, opts)
+        assert compact(table).rounds[0].committed
+        CommitLog(open_store(uri, opts)).checkpoint()
+        done = collect(table, retain_seconds=0, clock=later(table))
+        assert {sp.shard_id for sp in done.shards} == {a, b}  # the tail's entries are gone
+        assert done.records
+    finally:
+        reader.go.set()
+        t.join(120)
+    assert not t.is_alive()
+    assert "error" not in out, repr(out.get("error"))
+    got = Counter((r["id"], r["v"]) for r in out["result"].to_pylist())
+    assert got == want
+    assert Counter((r["id"], r["v"]) for r in read_table(uri, opts).to_pylist()) == want
+    assert committed_view(MemWalTable(uri, opts)) == want
+
+
 # --- 3. a stalled committer whose sequence number was collected --------------------------
 
 def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table):
@@ -205,6 +278,192 @@ def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table):
     assert every_reader(uri, opts) == want
     served = stream_rows(uri, opts)
     assert 500 not in served and set(served) <= set(want)
+
+
+# --- 4. retention counts from the round's commit, on the store's clock ------------------
+
+def test_retention_counts_from_the_rounds_done_marker_on_the_stores_clock(pk_table, caplog):
+    """Records whose writing driver's clock says they are 3 hours old, compacted just
+    now, are not released with a 1-hour retention; released exactly when the store's
+    clock passes the round's done marker plus the retention; a retention below the
+    minimum is raised to it, with a warning."""
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    real = time.time
+    fake = SimpleNamespace(time=lambda: real() - 3 * 3600, monotonic=time.monotonic)
+    orig = commit_mod.time
+    commit_mod.time = fake  # the writing driver's clock is 3 hours behind
+    try:
+        write(uri, opts, shard, [batch([1, 2], "old")])
+        write(uri, opts, shard, [batch([3], "old")])
+    finally:
+        commit_mod.time = orig
+    log = CommitLog(store)
+    assert all(r.created_ms < real() * 1000 - 2 * 3600_000 for r in log.records())
+    table = MemWalTable(uri, opts)
+    compact(table)
+    stamp = done_ms(store, 1)
+    assert stamp is not None
+    entries = [wal_key(shard, p) for p in (1, 3)]  # 2 is the second writer's sentinel
+    kept = collect(table, retain_seconds=3600)  # the store's clock: just compacted
+    assert kept.shards == [] and kept.gc_sequence is None
+    assert kept.pending_seq == 2 and kept.releasable_seq == 0
+    assert all(store.exists(k) for k in entries)
+
+    def at(offset_s: float):
+        return lambda: stamp + int(offset_s * 1000)
+
+    caplog.set_level(logging.WARNING, logger="memwal_datasource.gc")
+    low = collect(table, retain_seconds=1, clock=at(MIN_RETAIN_SECONDS - 5))
+    assert low.retain_seconds == MIN_RETAIN_SECONDS
+    assert "below the minimum" in caplog.text
+    assert low.shards == [] and all(store.exists(k) for k in entries)
+    assert collect(table, retain_seconds=60, clock=at(55)).shards == []
+    assert all(store.exists(k) for k in entries)
+    done = collect(table, retain_seconds=1, clock=at(MIN_RETAIN_SECONDS + 5))
+    assert [sp.floor for sp in done.shards] == [4]
+    assert not any(store.exists(k) for k in entries)
+    assert every_reader(uri, opts) == {1: "old-1", 2: "old-2", 3: "old-3"}
+
+
+# --- 6. a new stream from 'earliest' and commit order inverted on a shard ---------------
+
+def test_new_stream_never_starts_before_collected_entries(pk_table):
+    """On shard S: A (epoch 1) wrote 1..2, B (epoch 2) 4, C (epoch 3) 6..7 (3 and 5 are
+    sentinels). C commits first (r1), then A (r2), both compacted; then B (r3). gc's
+    floor is 4: r1 is still readable but r2 is not, so 'earliest' is after r2."""
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    _, ra = append_entries(store, shard, ([1], "a"), ([2], "a"))
+    _, rb = append_entries(store, shard, ([4], "b"))
+    _, rc = append_entries(store, shard, ([6], "c"), ([7], "c"))
+    assert [(r.first, r.last) for r in (ra, rb, rc)] == [(1, 2), (4, 4), (6, 7)]
+    log = CommitLog(store)
+    r1 = log.append(APPEND, [rc], ordered_epochs=False).record.sequence
+    r2 = log.append(APPEND, [ra], ordered_epochs=False).record.sequence
+    table = MemWalTable(uri, opts)
+    compact(table)
+    log.append(APPEND, [rb], ordered_epochs=False)
+    done = collect(table, retain_seconds=0, clock=later(table))
+    assert [sp.floor for sp in done.shards] == [4]
+    assert store.exists(wal_key(shard, 6)) and not store.exists(wal_key(shard, 1))
+    assert r1 < r2
+    assert readable_from(CommitLog(store)) == r2 + 1
+    reader = stream_reader(uri, opts)
+    start = reader.initialOffset()
+    assert start["commit"] == r2
+    assert sorted(stream_rows(uri, opts)) == [4]
+    assert every_reader(uri, opts) == {1: "a-1", 2: "a-2", 4: "b-4", 6: "c-6", 7: "c-7"}
+
+
+# --- 7. gc keeps the round intents stored base versions need ------------------------------
+
+def cleanup_old_versions(table: MemWalTable) -> None:
+    table.dataset().cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+
+
+def three_rounds(uri, opts) -> tuple[list[int], dict[int, str]]:
+    """Three compaction rounds (their base versions) and an uncompacted tail; the rows."""
+    shard = new_shard()
+    table = MemWalTable(uri, opts)
+    versions = []
+    for i in range(3):
+        write(uri, opts, shard, [batch([i, 100 + i], f"r{i}")])
+        compact(table)
+        versions.append(table.dataset().version)
+    write(uri, opts, shard, [batch([7], "tail")])
+    want = every_reader(uri, opts)
+    for v in versions:
+        assert as_dict(table.to_table(base_version=v)) == want
+    return versions, want
+
+
+def test_older_base_versions_read_the_whole_table_after_gc(pk_table):
+    """gc keeps every round intent a stored base version records, and reading the
+    table at an older base version after gc released the WAL entries of the rounds
+    after it returns the whole table, or raises CollectedError naming the fix; never
+    a table without those rounds' rows."""
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    versions, want = three_rounds(uri, opts)
+    table = MemWalTable(uri, opts)
+    done = collect(table, retain_seconds=0, clock=later(table))
+    assert done.shards
+    assert all(store.exists(round_key(n)) for n in (1, 2, 3))
+    for v in versions:  # every stored version still reads, and reads the whole table
+        try:
+            got = as_dict(MemWalTable(uri, opts).to_table(base_version=v))
+        except CollectedError as exc:
+            assert "newer version" in str(exc)
+            continue
+        assert got == want, f"to_table(base_version={v}) after gc"
+
+
+def test_base_version_cleaned_up_by_lance_raises_collected_error(pk_table):
+    """After Lance's cleanup_old_versions, gc deletes the intents only removed versions
+    needed; reading such a version raises CollectedError naming the fix."""
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    versions, want = three_rounds(uri, opts)
+    table = MemWalTable(uri, opts)
+    cleanup_old_versions(table)
+    collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
+    assert not store.exists(round_key(1)) and not store.exists(round_key(2))
+    assert store.exists(round_key(3))
+    with pytest.raises(CollectedError, match="newer version"):
+        MemWalTable(uri, opts).to_table(base_version=versions[0])
+    assert every_reader(uri, opts) == want
+
+
+class PausePut(DelegatingStore):
+    """Pauses the first ``put_if_absent`` of ``key`` until released."""
+
+    def __init__(self, inner, key: str):
+        super().__init__(inner)
+        self.key = key
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def put_if_absent(self, key, data):
+        if key == self.key and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(120), "never released"
+        self.inner.put_if_absent(key, data)
+
+
+def test_stale_compactor_recreating_a_collected_intent_leaves_none(pk_table):
+    """Compactor X plans round 1 (one record) and stalls before writing its intent;
+    another compactor commits round 1 (both records) and round 2, old versions are
+    cleaned up and gc deletes intent 1. X's intent 1 would be wrong: it is removed."""
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    write(uri, opts, shard, [batch([1], "a")])
+    write(uri, opts, shard, [batch([2], "b")])
+    stalled = PausePut(open_store(uri, opts), round_key(1))
+    x_table = MemWalTable(uri, opts, store=stalled)
+    t, out = in_thread("X", compact, x_table, max_records_per_round=1)
+    try:
+        assert stalled.reached.wait(120)
+        table = MemWalTable(uri, opts)
+        first = compact(table).rounds[0]
+        assert (first.number, first.upto_seq) == (1, 2)
+        write(uri, opts, shard, [batch([3], "c")])
+        assert compact(table).rounds[0].number == 2
+        cleanup_old_versions(table)
+        collect(table, retain_seconds=0, clock=later(table))
+        assert not store.exists(round_key(1))
+    finally:
+        stalled.go.set()
+        t.join(120)
+    assert not t.is_alive()
+    assert "error" not in out, repr(out.get("error"))
+    assert all(r.number > 2 for r in out["result"].rounds)
+    assert not store.exists(round_key(1)), table.round(1)
+    want = {1: "a-1", 2: "b-2", 3: "c-3"}
+    assert as_dict(MemWalTable(uri, opts).dataset().to_table()) == want
+    assert every_reader(uri, opts) == want
 
 
 # --- 8. primary keys: a shard's writers commit in epoch order ----------------------------
