@@ -21,7 +21,14 @@ import pytest
 
 from memwal_datasource import commit as commit_mod
 from memwal_datasource import hooks
-from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange, record_key
+from memwal_datasource.commit import (
+    APPEND,
+    COMMITS_DIR,
+    OVERWRITE,
+    CommitLog,
+    CommittedRange,
+    record_key,
+)
 from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import CollectedError, CommitRefused
@@ -152,11 +159,12 @@ def test_commit_landing_while_gc_runs_is_never_hidden(pk_table, kind, when):
     p_rows = {1: "p-1", 2: "p-2"}
     if when == "gc.fenced":
         assert "seq" in outcome, outcome.get("refused")
+        want = p_rows if kind == OVERWRITE else {**p_rows, 10: "q-10"}
+        assert every_reader(uri, opts) == want  # P's rows are neither lost nor hidden
         assert replans, "gc wrote its record without seeing P's commit"
         assert done.gc_sequence is None or done.gc_sequence > outcome["seq"]
         assert all(sp.floor <= 1 for sp in done.shards if sp.shard_id == shard)
         assert store.exists(wal_key(shard, 1)), "P's committed entry was deleted"
-        want = p_rows if kind == OVERWRITE else {**p_rows, 10: "q-10"}
     else:
         assert isinstance(outcome.get("refused"), CommitRefused)
         assert "garbage collection released" in str(outcome["refused"])
@@ -177,33 +185,65 @@ def test_commit_landing_while_gc_runs_is_never_hidden(pk_table, kind, when):
 
 # --- 2. a whole-table read racing compaction and gc ---------------------------------------
 
-class PausingTable(MemWalTable):
-    """A table whose ``dataset()`` call number ``at`` (1-based) waits for ``go``.
+class PausingLog(DelegatingStore):
+    """The first read of the commit log waits for ``go`` (the table's ``log_pause``)."""
 
-    In ``to_table`` call 1 comes after the commit log is folded and before the base
-    version is fixed; call 2 after the snapshot is planned and before the base and
-    the tail's WAL entries are read.
+    def __init__(self, inner, table):
+        super().__init__(inner)
+        self.table = table
+
+    def _maybe(self, key):
+        if key.startswith(COMMITS_DIR) and self.table.at == "before_fold":
+            self.table.pause()
+
+    def get(self, key):
+        self._maybe(key)
+        return self.inner.get(key)
+
+    def head(self, key):
+        self._maybe(key)
+        return self.inner.head(key)
+
+    def list(self, prefix):
+        self._maybe(prefix)
+        return self.inner.list(prefix)
+
+
+class PausingTable(MemWalTable):
+    """A table whose reads pause once, at ``at``, until ``go`` is set.
+
+    In ``to_table``: ``before_fold`` is the first read of the commit log;
+    ``after_fold`` is the first ``dataset()`` call (the log is folded, the base
+    version is not fixed yet); ``after_plan`` the second (the snapshot is planned,
+    the base and the tail's WAL entries are not read yet).
     """
 
-    def __init__(self, uri, opts, at: int):
+    def __init__(self, uri, opts, at: str):
         super().__init__(uri, opts)
+        self.store = PausingLog(self.store, self)
+        self.commits = CommitLog(self.store)
         self.at, self.calls = at, 0
         self.reached, self.go = threading.Event(), threading.Event()
 
-    def dataset(self, version=None):
-        self.calls += 1
-        if self.calls == self.at:
+    def pause(self):
+        if not self.reached.is_set():
             self.reached.set()
             assert self.go.wait(120), "never released"
+
+    def dataset(self, version=None):
+        self.calls += 1
+        if (self.at, self.calls) in (("after_fold", 1), ("after_plan", 2)):
+            self.pause()
         return super().dataset(version)
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["pk", "plain"])
-@pytest.mark.parametrize("at", [1, 2], ids=["after_fold", "after_plan"])
+@pytest.mark.parametrize("at", ["before_fold", "after_fold", "after_plan"])
 def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
-    """to_table() pauses after its fold (or after its whole plan) while a round commits
-    the tail, a checkpoint is taken and gc releases the tail's WAL entries and the
-    records below the checkpoint: it returns every committed row exactly once."""
+    """to_table() pauses before its fold, after it, or after its whole plan while a
+    round commits the tail, a checkpoint is taken and gc releases the tail's WAL
+    entries and the records below the checkpoint: it returns every committed row
+    exactly once (re-planning once itself where it met collected entries)."""
     uri, opts = location
     create_table(uri, SCHEMA, primary_key=["id"] if keyed else [], storage_options=opts)
     a, b = new_shard(), new_shard()
@@ -226,8 +266,6 @@ def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
         assert compact(table).rounds[0].committed
         CommitLog(open_store(uri, opts)).checkpoint()
         done = collect(table, retain_seconds=0, clock=later(table))
-        assert {sp.shard_id for sp in done.shards} == {a, b}  # the tail's entries are gone
-        assert done.records
     finally:
         reader.go.set()
         t.join(120)
@@ -235,6 +273,8 @@ def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
     assert "error" not in out, repr(out.get("error"))
     got = Counter((r["id"], r["v"]) for r in out["result"].to_pylist())
     assert got == want
+    assert {sp.shard_id for sp in done.shards} == {a, b}  # the tail's entries went
+    assert done.records  # and records below the checkpoint
     assert Counter((r["id"], r["v"]) for r in read_table(uri, opts).to_pylist()) == want
     assert committed_view(MemWalTable(uri, opts)) == want
 
@@ -303,13 +343,13 @@ def test_retention_counts_from_the_rounds_done_marker_on_the_stores_clock(pk_tab
     assert all(r.created_ms < real() * 1000 - 2 * 3600_000 for r in log.records())
     table = MemWalTable(uri, opts)
     compact(table)
-    stamp = done_ms(store, 1)
-    assert stamp is not None
     entries = [wal_key(shard, p) for p in (1, 3)]  # 2 is the second writer's sentinel
     kept = collect(table, retain_seconds=3600)  # the store's clock: just compacted
     assert kept.shards == [] and kept.gc_sequence is None
-    assert kept.pending_seq == 2 and kept.releasable_seq == 0
     assert all(store.exists(k) for k in entries)
+    assert kept.pending_seq == 2 and kept.releasable_seq == 0
+    stamp = done_ms(store, 1)
+    assert stamp is not None
 
     def at(offset_s: float):
         return lambda: stamp + int(offset_s * 1000)
