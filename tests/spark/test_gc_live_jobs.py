@@ -44,16 +44,16 @@ def test_gc_skips_a_shard_a_live_writer_leases(pk_table):
         w.flush()
         epoch = w.stats().epoch
         done = collect(table, retain_seconds=0, clock=later(table))
-        assert done.skipped_busy == [shard]
-        assert shard not in {sp.shard_id for sp in done.shards} and done.gc_sequence is None
         assert ManifestStore(store, shard).latest().writer_epoch == epoch  # not fenced
-        assert "held by a live writer" in done.kept_reason()
         w.put(batch([3], "live"))  # the next put lands
         w.close()
         s = w.stats()
         res = CommitLog(store).append(APPEND, [CommittedRange(
             shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows)])
         assert res.created
+        assert done.skipped_busy == [shard]
+        assert shard not in {sp.shard_id for sp in done.shards} and done.gc_sequence is None
+        assert "held by a live writer" in done.kept_reason()
     want = {1: "old-1", 2: "live-2", 3: "live-3"}
     assert {r["id"]: r["v"] for r in read_table(uri, opts).to_pylist()} == want
     # Once the lease is released, a later run collects the shard.
