@@ -6,10 +6,13 @@ passes DEADLINE it runs seeded jobs: a task writes 1-3 batches to a shard of the
 pool (usually holding the shard's lease, as a Spark task does; sometimes not, so
 gc may fence it), then the "driver" commits, with an idempotency key or without;
 some keyed jobs are run a second time with the same key (new rows, same key: they
-must not be committed). Every id is unique. One JSON line per event goes to LOG:
-``try`` (the ids about to be committed), then ``ack`` (committed, with the record
-sequence), ``dup`` (the key was already committed: nothing new committed) or
-``fail`` (the exception; nothing is assumed either way).
+must not be committed). Some commits are deferred until after the next task wrote
+(a late driver: a shard's commit order then differs from its WAL order), and half
+the commits ask for epochs in order (a sharded table's Spark commit). Every id is
+unique. One JSON line per event goes to LOG: ``try`` (the ids about to be
+committed), then ``ack`` (committed, with the record sequence), ``dup`` (the key
+was already committed: nothing new committed) or ``fail`` (the exception; nothing
+is assumed either way).
 """
 
 from __future__ import annotations
@@ -46,6 +49,21 @@ def main() -> None:
             log.flush()
             os.fsync(log.fileno())
 
+        def commit(pending: dict) -> None:
+            event(ev="try", job=pending["job"], run=pending["run"], key=pending["keyed"],
+                  tag=pending["tag"], ids=pending["ids"])
+            try:
+                res = CommitLog(store).append(APPEND, [pending["range"]], txn=pending["txn"],
+                                              job_id=pending["tag"],
+                                              ordered_epochs=pending["ordered"])
+                event(ev="ack" if res.created else "dup", job=pending["job"],
+                      run=pending["run"], tag=pending["tag"], seq=res.record.sequence,
+                      ids=pending["ids"])
+            except Exception as exc:  # noqa: BLE001 - logged for the oracle
+                event(ev="fail", job=pending["job"], run=pending["run"], tag=pending["tag"],
+                      ids=pending["ids"], error=f"{type(exc).__name__}: {exc}"[:300])
+
+        deferred: dict | None = None  # a driver that commits only after the next task
         while time.time() < deadline:
             job += 1
             keyed = rng.random() < 0.6
@@ -70,15 +88,25 @@ def main() -> None:
                             w.put(pa.record_batch([pa.array(part, pa.int64()),
                                                    pa.array([tag] * n)], schema=SCHEMA))
                     s = w.stats()
-                    event(ev="try", job=job, run=run, key=keyed, tag=tag, ids=ids)
-                    res = CommitLog(store).append(APPEND, [CommittedRange(
-                        shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows)],
-                        txn=txn, job_id=tag)
-                    event(ev="ack" if res.created else "dup", job=job, run=run, tag=tag,
-                          seq=res.record.sequence, ids=ids)
                 except Exception as exc:  # noqa: BLE001 - logged for the oracle
                     event(ev="fail", job=job, run=run, tag=tag, ids=ids,
                           error=f"{type(exc).__name__}: {exc}"[:300])
+                    continue
+                # Half the jobs commit like an unsharded table's Spark job (epochs of a
+                # shard in any order), half like a sharded one's (in epoch order).
+                pending = dict(job=job, run=run, keyed=keyed, tag=tag, ids=ids, txn=txn,
+                               ordered=rng.random() < 0.5, range=CommittedRange(
+                                   shard, s.epoch, s.first_wal_position, s.last_wal_position,
+                                   s.rows))
+                if deferred is None and rng.random() < 0.3:
+                    deferred = pending
+                    continue
+                commit(pending)
+                if deferred is not None:
+                    commit(deferred)
+                    deferred = None
+        if deferred is not None:
+            commit(deferred)
     print(f"worker {wid}: {job} jobs", flush=True)
 
 
