@@ -11,7 +11,7 @@ logs: every acknowledged row is read exactly once by ``read_table``, by base tab
 was already committed, or whose commit was refused, is ever read.
 
 ``MEMWAL_SOAK_SEED`` fixes the seed (printed on every run and in every failure);
-``MEMWAL_SOAK_SECONDS`` the writing time per backend (default 15).
+``MEMWAL_SOAK_SECONDS`` the writing time per backend (default 18).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tests.helpers import SCHEMA, committed_view, later, new_shard, stream_batch
 REPO = Path(__file__).resolve().parent.parent
 WRITERS = 2
 SHARDS = 3
-SECONDS = float(os.environ.get("MEMWAL_SOAK_SECONDS", "15"))
+SECONDS = float(os.environ.get("MEMWAL_SOAK_SECONDS", "18"))
 MAX_AHEAD_S = 25.0  # the gc clock's final lead: retention 30 s -> 5 s effective
 
 
