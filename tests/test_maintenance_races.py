@@ -281,11 +281,14 @@ def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
 
 # --- 3. a stalled committer whose sequence number was collected --------------------------
 
-def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table):
+@pytest.mark.parametrize("stall", ["short", "past_deadline"])
+def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table, stall):
     """X picks record 2 and stalls before its PUT; records 2..4 land, a checkpoint,
     compaction, and gc deletes records 1..3. X's PUT finds 2 free again: it must be
     refused (not created=True) and leave no record 2 behind; readers and a new stream
-    agree that X's rows are not committed."""
+    agree that X's rows are not committed. ``past_deadline``: X's monotonic clock says
+    the stall outlasted COMMIT_DEADLINE_S, so X checks again before its PUT; it is
+    refused, or commits at a fresh number that every reader then sees."""
     uri, opts = pk_table
     store = open_store(uri, opts)
     a = new_shard()
@@ -305,16 +308,29 @@ def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table):
         done = collect(table, retain_seconds=0, clock=later(table))
         assert record_key(n) in [k for k, _ in done.records]
         assert not store.exists(record_key(n))
+        if stall == "past_deadline":
+            real = time.monotonic
+            commit_mod.time = SimpleNamespace(
+                time=time.time, monotonic=lambda: real() + 2 * commit_mod.COMMIT_DEADLINE_S)
     finally:
         pause.release()
         x.join(120)
+        commit_mod.time = time
     assert not x.is_alive()
+    want = {i: f"n{i}-{i}" for i in range(1, 4)} | {0: "first-0"}
+    log = CommitLog(store)
+    mine = [r for r in log.records(after=log.first_stored() - 1) if r.job_id == "job-x"]
+    if stall == "past_deadline" and "result" in out:  # re-checked: a fresh number
+        assert out["result"].created and out["result"].record.sequence > 5
+        assert [r.sequence for r in mine] == [out["result"].record.sequence]
+        want[500] = "x-500"
+        assert every_reader(uri, opts) == want
+        assert 500 in stream_rows(uri, opts)
+        return
     assert "result" not in out, f"X's record {n} was reported created: {out['result']}"
     assert isinstance(out.get("error"), CommitRefused), out.get("error")
     assert not store.exists(record_key(n)) or CommitLog(store).read(n).job_id != "job-x"
-    log = CommitLog(store)
-    assert all(r.job_id != "job-x" for r in log.records(after=log.first_stored() - 1))
-    want = {i: f"n{i}-{i}" for i in range(1, 4)} | {0: "first-0"}
+    assert mine == []
     assert every_reader(uri, opts) == want
     served = stream_rows(uri, opts)
     assert 500 not in served and set(served) <= set(want)
@@ -502,6 +518,33 @@ def test_stale_compactor_recreating_a_collected_intent_leaves_none(pk_table):
     assert all(r.number > 2 for r in out["result"].rounds)
     assert not store.exists(round_key(1)), table.round(1)
     want = {1: "a-1", 2: "b-2", 3: "c-3"}
+    assert as_dict(MemWalTable(uri, opts).dataset().to_table()) == want
+    assert every_reader(uri, opts) == want
+
+
+def test_stalled_compactor_whose_round_was_committed_and_collected(pk_table):
+    """Compactor X writes round 1's intent and stalls before reading its entries;
+    another compactor commits round 1 and gc releases its WAL entries. X must find
+    its round already committed (as it does without gc), not fail or commit twice."""
+    uri, opts = pk_table
+    shard = new_shard()
+    write(uri, opts, shard, [batch([1], "a")])
+    write(uri, opts, shard, [batch([2], "b")])
+    pause = Pause("compact.intent", "X")
+    t, out = in_thread("X", compact, MemWalTable(uri, opts))
+    try:
+        assert pause.reached.wait(120)
+        table = MemWalTable(uri, opts)
+        assert compact(table).rounds[0].committed
+        done = collect(table, retain_seconds=0, clock=later(table))
+        assert done.shards
+    finally:
+        pause.release()
+        t.join(120)
+    assert not t.is_alive()
+    assert "error" not in out, repr(out.get("error"))
+    assert [r.committed for r in out["result"].rounds] == [False]
+    want = {1: "a-1", 2: "b-2"}
     assert as_dict(MemWalTable(uri, opts).dataset().to_table()) == want
     assert every_reader(uri, opts) == want
 
