@@ -336,6 +336,28 @@ def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table, sta
     assert 500 not in served and set(served) <= set(want)
 
 
+def test_rerun_of_a_key_whose_record_was_collected_commits_nothing(pk_table):
+    """A keyed job commits, is compacted, checkpointed and its record collected; the
+    job re-run with the same key (new entries) is still a duplicate."""
+    from memwal_datasource.commit import Txn
+
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    _, first = append_entries(store, shard, ([1], "once"))
+    assert CommitLog(store).append(APPEND, [first], txn=Txn("app", 7)).created
+    write(uri, opts, shard, [batch([2], "other")])
+    table = MemWalTable(uri, opts)
+    compact(table)
+    CommitLog(store).checkpoint()
+    done = collect(table, retain_seconds=0, clock=later(table))
+    assert record_key(1) in [k for k, _ in done.records] and not store.exists(record_key(1))
+    _, again = append_entries(store, shard, ([1], "twice"))
+    res = CommitLog(store).append(APPEND, [again], txn=Txn("app", 7))
+    assert not res.created and res.record.sequence == 1
+    assert every_reader(uri, opts) == {1: "once-1", 2: "other-2"}
+
+
 # --- 4. retention counts from the round's commit, on the store's clock ------------------
 
 def test_retention_counts_from_the_rounds_done_marker_on_the_stores_clock(pk_table, caplog):
