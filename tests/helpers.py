@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import pyarrow as pa
 
@@ -183,3 +184,62 @@ class HeldOpen:
 def later(table, hours: float = 2.0):
     """A gc clock ``hours`` ahead of the store's: stands for the retention having passed."""
     return lambda: table.store.now_ms() + int(hours * 3600 * 1000)
+
+
+def committed_view(table) -> Counter:
+    """Rows of the base table plus the committed WAL tail, read piece by piece.
+
+    The base is read at the snapshot's version (the hidden row key dropped), the
+    tail through ``committed_tail`` ranges and ``range_rows``; with a primary key
+    the tail's newest row per key replaces (or, as a tombstone, deletes) the
+    base's. A multiset of ``(id, v)``: a row read twice counts twice.
+    """
+    import pyarrow.compute as pc
+
+    from memwal_datasource.table import TOMBSTONE, data_schema, last_per_key, primary_key_of
+
+    snap = table.snapshot()
+    ds = table.dataset(snap.base_version)
+    schema = data_schema(ds.schema)
+    pk = primary_key_of(ds.schema)
+    tail = table.range_rows(snap.tail, schema)
+    if pk:
+        tail = last_per_key(tail, pk)
+    dead = set(tail.filter(tail.column(TOMBSTONE)).column("id").to_pylist()) if pk else set()
+    live = tail.filter(pc.invert(tail.column(TOMBSTONE)))
+    out: Counter = Counter()
+    if not snap.base_hidden:
+        replaced = set(live.column("id").to_pylist()) | dead if pk else set()
+        out.update((r["id"], r["v"]) for r in ds.to_table(columns=["id", "v"]).to_pylist()
+                   if r["id"] not in replaced)
+    out.update((r["id"], r["v"]) for r in live.select(["id", "v"]).to_pylist())
+    return out
+
+
+def stream_reader(uri: str, opts: dict, start: str = "earliest"):
+    """A new stream's reader (``MemWalStreamReader``, no Spark) over the table at ``uri``."""
+    from memwal_datasource.spark.options import ReadOptions
+    from memwal_datasource.spark.stream import MemWalStreamReader
+    from memwal_datasource.table import MemWalTable, data_schema
+
+    options = {"path": uri, "starting_commit": start,
+               **{f"storage.{k}": v for k, v in opts.items()}}
+    schema = data_schema(MemWalTable(uri, opts).dataset().schema)
+    return MemWalStreamReader(ReadOptions.parse(options), schema)
+
+
+def stream_batch(reader, start: dict) -> tuple[list[tuple[int, str]], dict]:
+    """One micro-batch of everything committed after offset ``start``: (rows, end offset)."""
+    end = reader.latestOffset(start, None)
+    rows = []
+    for part in reader.partitions(start, end):
+        for b in reader.read(part):
+            rows.extend(zip(b.column("id").to_pylist(), b.column("v").to_pylist(), strict=True))
+    return rows, end
+
+
+def stream_rows(uri: str, opts: dict, start: str = "earliest") -> list[int]:
+    """The ids a new stream serves in its first micro-batch (every record so far)."""
+    reader = stream_reader(uri, opts, start)
+    rows, _ = stream_batch(reader, reader.initialOffset())
+    return [i for i, _ in rows]
