@@ -300,7 +300,8 @@ def commit_round(table: MemWalTable, rnd: CompactionRound, rows: pa.Table, delet
 
 
 def maintain_key_index(table: MemWalTable, number: int) -> None:
-    """A BTREE on a one-column primary key, its new rows folded in every few rounds.
+    """A BTREE on the merge key (a one-column primary key, else the hidden row key),
+    its new rows folded in every few rounds.
 
     ``merge_insert`` joins through it, so an insert-mostly round costs what its
     rows cost, not a scan of the whole key column (rows appended since the
@@ -308,13 +309,14 @@ def maintain_key_index(table: MemWalTable, number: int) -> None:
     only costs speed, and is logged.
     """
     ds = table.dataset()
-    pk = primary_key_of(ds.schema)
+    pk = primary_key_of(ds.schema) or ([ROW_KEY] if ROW_KEY in ds.schema.names else [])
     if len(pk) != 1:
         return
     try:
-        if not any(i["fields"] == pk and i["type"] == "BTree" for i in ds.list_indices()):
+        if not any(i.field_names == pk and i.index_type == "BTree"
+                   for i in ds.describe_indices()):
             ds.create_scalar_index(pk[0], "BTREE")
-            log.info("memwal compaction: created a BTREE index on primary key %s of %s",
+            log.info("memwal compaction: created a BTREE index on key %s of %s",
                      pk[0], table.uri)
         elif number % INDEX_EVERY_ROUNDS == 0:
             ds.optimize.optimize_indices()
