@@ -147,6 +147,15 @@ def proxied_s3_table(proxied_s3, s3_bucket):
     return f"s3://{s3_bucket}/{uuid.uuid4().hex}/t.lance", proxied_s3.storage_options()
 
 
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def proxied_location(request):
+    """``(fault_proxy, (uri, storage_options))``: a fresh table on S3, the GCS emulator or
+    Azurite, every request of it through a :class:`tests.fault_proxy.FaultProxy`."""
+    if request.param == "s3":
+        return request.getfixturevalue("fault_proxy"), request.getfixturevalue("proxied_s3_table")
+    return request.getfixturevalue(f"proxied_{request.param}_table")
+
+
 # The GCS (fake-gcs-server) and Azure (Azurite) emulator fixtures.
 from tests.cloud_emulators import (  # noqa: E402, F401
     azure_emulator,
