@@ -297,8 +297,11 @@ class GcsXmlGateway:
     out: a lost or failed reply therefore means the same for the client as it would on GCS.
     """
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, honour_preconditions: bool = True) -> None:
         self.backend = backend
+        # False: behave like fake-gcs-server's signed-URL upload, which drops them (the
+        # refusal test uses it to stand for an emulator that ignores put-if-absent).
+        self.honour_preconditions = honour_preconditions
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -370,7 +373,7 @@ class GcsXmlGateway:
                    ).encode() + body + f"\r\n--{boundary}--\r\n".encode()
         q = f"uploadType=multipart&name={quote(name, safe='')}"
         generation = h.headers.get("x-goog-if-generation-match")
-        if generation is not None:
+        if generation is not None and self.honour_preconditions:
             q += f"&ifGenerationMatch={quote(generation.strip())}"
         status, data, _ = _request(
             self.backend, "POST", f"/upload/storage/v1/b/{quote(bucket, safe='')}/o?{q}",
