@@ -204,7 +204,7 @@ def test_ordinary_mistakes_get_one_line_and_an_exit_code(table):
                    "a shard id")
     one_line_error(invoke("tail", uri, "zz!"), EXIT_USAGE, "is not a shard id")
     one_line_error(invoke("shards", uri, "--storage", "novalue"), EXIT_USAGE, "KEY=VALUE")
-    one_line_error(invoke("shards", "gs://bucket/t.lance"), EXIT_USAGE,
+    one_line_error(invoke("shards", "hdfs://nn/t.lance"), EXIT_USAGE,
                    "unsupported storage scheme")
     one_line_error(invoke("shards", "s3:///t.lance"), EXIT_USAGE, "has no bucket")
     one_line_error(invoke("compact", uri), EXIT_ERROR, "no Lance table")
