@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+AZURITE_VERSION := 3.37.0
+AZURITE := .cache/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: demo test lint bench tour clean install
 
@@ -12,23 +14,29 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[test,bench]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# Azurite (the Azure Blob emulator the tests use) from npm; Node from Debian if missing.
+$(AZURITE):
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	npm install --prefix .cache/azurite --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
+	touch $(AZURITE)
+
+install: $(STAMP) $(AZURITE)
 
 demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python examples/quickstart.py
 
-test: $(STAMP)
+test: $(STAMP) $(AZURITE)
 	$(BIN)/ruff check .
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)
+bench: $(STAMP) $(AZURITE)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m benchmarks.run
 
 tour: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python examples/build_tour.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info .cache/azurite

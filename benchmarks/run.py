@@ -54,6 +54,7 @@ BENCHMARKS: dict[str, Bench] = {
     "durable_latency": (bench_writer.bench_durable_latency, bench_writer.plot_durable_latency),
     "s3_conditional_put": (bench_s3.bench_s3_conditional_put,
                            bench_s3.plot_s3_conditional_put),
+    "store_commits": (bench_s3.bench_store_commits, bench_s3.plot_store_commits),
     "s3_client_cpu": (bench_s3_client.bench_s3_client_cpu, bench_s3_client.plot_s3_client_cpu),
     "replay": (bench_replay.bench_replay, bench_replay.plot_replay),
     "spark_write": (bench_spark.bench_spark_write, bench_spark.plot_spark_write),

@@ -48,6 +48,13 @@ def obstore_usable() -> bool:
     return _OBSTORE_PID is None or _OBSTORE_PID == os.getpid()
 
 
+def note_obstore_use() -> None:
+    """Record that this process runs obstore calls (its forked children then cannot)."""
+    global _OBSTORE_PID
+    if _OBSTORE_PID is None:
+        _OBSTORE_PID = os.getpid()
+
+
 def boto3_client(options: S3Options, conditional: bool) -> Any:
     """One boto3 client per process, configuration and purpose (clients are thread-safe).
 
@@ -125,7 +132,6 @@ def obstore_store(options: S3Options, bucket: str, conditional: bool) -> Any:
     ``conditional`` stores never retry; the others retry like boto3's
     standard mode (``s3_max_attempts``). Call only when :func:`obstore_usable`.
     """
-    global _OBSTORE_PID
     key = (os.getpid(), options, bucket, conditional)
     store = _OBSTORES.get(key)
     if store is None:
@@ -133,8 +139,7 @@ def obstore_store(options: S3Options, bucket: str, conditional: bool) -> Any:
             store = _OBSTORES.get(key)
             if store is None:
                 store = _OBSTORES[key] = _new_obstore(options, bucket, conditional)
-    if _OBSTORE_PID is None:
-        _OBSTORE_PID = os.getpid()  # its runtime starts with this process's first call
+    note_obstore_use()  # its runtime starts with this process's first call
     return store
 
 

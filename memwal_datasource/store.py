@@ -12,8 +12,11 @@ The contract every backend honours (it is what makes WAL fencing safe):
   fence (see ``DESIGN.md``).
 
 Stores are chosen by URI scheme (:func:`open_store`): a local path or
-``file://`` URI, ``s3://bucket/prefix`` and ``memory://name``. Any other scheme
-is refused, because a backend without conditional writes cannot fence writers.
+``file://`` URI, ``s3://bucket/prefix``, ``gs://bucket/prefix``
+(:mod:`.gcs_store`), ``az://container/prefix`` or
+``abfss://container@account.dfs.core.windows.net/prefix`` (:mod:`.azure_store`)
+and ``memory://name``. Any other scheme is refused, because a backend without
+conditional writes cannot fence writers.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from .errors import (
 )
 from .options import S3Options, scrub, scrub_url
 
-SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "memory")
+SUPPORTED_SCHEMES = ("", "file", "s3", "s3a", "gs", "az", "abfss", "memory")
 
 # Payloads: bytes, or any C-contiguous buffer (bytearray, memoryview, pyarrow.Buffer,
 # numpy uint8 arrays), written without a copy where the backend allows.
@@ -672,8 +675,23 @@ def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> Ob
         if not parsed.netloc:
             raise StoreError(f"S3 URI '{uri}' has no bucket (expected s3://bucket/path)")
         return S3Store(parsed.netloc, parsed.path, S3Options.from_storage_options(storage_options))
+    if scheme in ("gs", "az", "abfss"):
+        if not parsed.netloc:
+            root = "container@account.dfs.core.windows.net" if scheme == "abfss" else "bucket"
+            raise StoreError(f"write the URI as {scheme}://{root}/path: '{scrub_url(uri)}' "
+                             "names no bucket or container")
+        if scheme == "gs":
+            from .gcs_store import GCSStore
+
+            if "@" in parsed.netloc:
+                raise StoreError("give credentials as storage options (google_service_account"
+                                 "...), not in the URI: the gs:// URI has a user part")
+            return GCSStore.from_uri(parsed.netloc, parsed.path, storage_options)
+        from .azure_store import AzureStore
+
+        return AzureStore.from_uri(scheme, parsed.netloc, parsed.path, storage_options)
     raise UnsupportedStoreError(
         f"unsupported storage scheme '{scheme}://' in '{scrub_url(uri)}': the MemWAL needs "
         "conditional writes (put-if-absent) for writer fencing, and this package supports "
-        "only local paths, file://, s3:// and memory://"
+        "only local paths, file://, s3://, gs://, az://, abfss:// and memory://"
     )

@@ -14,7 +14,7 @@ from memwal_datasource.store import MemoryStore, open_store
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-BACKENDS = ["memory", "local", "s3"]
+BACKENDS = ["memory", "local", "s3", "gcs", "azure"]
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +64,7 @@ def location(backend, request, tmp_path):
     elif backend == "local":
         yield str(tmp_path / "t.lance"), {}
     else:
-        yield request.getfixturevalue("s3_table")
+        yield request.getfixturevalue(f"{backend}_table")
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def spark_location(backend, request, tmp_path):
     """(uri, spark options) of a fresh table on local disk or S3."""
     if backend == "local":
         return str(tmp_path / "t.lance"), {}
-    uri, opts = request.getfixturevalue("s3_table")
+    uri, opts = request.getfixturevalue(f"{backend}_table")
     return uri, {f"storage.{k}": v for k, v in opts.items()}
 
 
@@ -145,3 +145,23 @@ def proxied_s3(s3_server, fault_proxy):
 def proxied_s3_table(proxied_s3, s3_bucket):
     """Like ``s3_table`` (bucket ``memwal-tests``, fresh prefix) but through ``fault_proxy``."""
     return f"s3://{s3_bucket}/{uuid.uuid4().hex}/t.lance", proxied_s3.storage_options()
+
+
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def proxied_location(request):
+    """``(fault_proxy, (uri, storage_options))``: a fresh table on S3, the GCS emulator or
+    Azurite, every request of it through a :class:`tests.fault_proxy.FaultProxy`."""
+    if request.param == "s3":
+        return request.getfixturevalue("fault_proxy"), request.getfixturevalue("proxied_s3_table")
+    return request.getfixturevalue(f"proxied_{request.param}_table")
+
+
+# The GCS (fake-gcs-server) and Azure (Azurite) emulator fixtures.
+from tests.cloud_emulators import (  # noqa: E402, F401
+    azure_emulator,
+    azure_table,
+    gcs_emulator,
+    gcs_table,
+    proxied_azure_table,
+    proxied_gcs_table,
+)

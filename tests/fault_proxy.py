@@ -7,7 +7,8 @@ are streamed back unchanged. Client connections are kept alive; every request ge
 upstream connection, so the proxy itself never retries or reuses a stale socket.
 
 Rules (:class:`FaultRule`) pick requests by method, a regex on the decoded URL path
-(``/bucket/key``), conditional-ness (``If-None-Match: *``), a hit budget and a seeded
+(``/bucket/key``), conditional-ness (a create-only PUT: ``If-None-Match: *`` for S3 and
+Azure, ``x-goog-if-generation-match: 0`` for GCS), a hit budget and a seeded
 probability, and apply one fault:
 
 ``drop_response``  forward (the write lands), read the reply, close the client connection
@@ -107,7 +108,7 @@ class RequestRecord:
     method: str
     path: str  # URL-decoded path, ``/bucket/key``
     query: str
-    conditional: bool  # ``If-None-Match: *`` was sent
+    conditional: bool  # a create-only precondition was sent (``If-None-Match: *`` or GCS's)
     headers: list[tuple[str, str]]
     conn: int  # client connection number (equal numbers: a kept-alive connection)
     fault: str | None = None
@@ -241,8 +242,9 @@ class FaultProxy:
         method, target, version, headers = _parse_head(head)
         url = urlsplit(target)
         hdr = {k.lower(): v for k, v in headers}
-        rec = RequestRecord(method, unquote(url.path), url.query,
-                            hdr.get("if-none-match", "").strip() == "*", headers, conn_id)
+        conditional = (hdr.get("if-none-match", "").strip() == "*"
+                       or hdr.get("x-goog-if-generation-match", "").strip() == "0")
+        rec = RequestRecord(method, unquote(url.path), url.query, conditional, headers, conn_id)
         with self._lock:
             rule = next((r for r in self._rules if r._matches(rec)), None)
             if rule is not None:

@@ -1,5 +1,5 @@
 """kill -9 at chosen protocol points, then reopen and re-run: nothing acknowledged is
-lost, nothing is committed twice. Local disk and the S3 server."""
+lost, nothing is committed twice. Local disk, the S3 server and the GCS and Azure emulators."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def run_job(uri: str, opts: dict, shard: str, kill_at: str | None, tmp_path: Pat
     return proc, acked, err.read_text()
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_kill_at_point_then_reopen_and_rerun(location, tmp_path, point):
     uri, opts = location

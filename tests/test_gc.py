@@ -19,7 +19,7 @@ from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, later, new_shard
 from tests.test_compact import batch, write
 
-pytestmark = pytest.mark.parametrize("backend", ["local", "s3"])
+pytestmark = pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 
 
 def rows(uri, opts) -> dict[int, str]:

@@ -459,7 +459,7 @@ def test_lost_ack_of_a_lease_put_resolves_to_ours(proxied_s3_table, fault_proxy,
 # -- a holder killed with SIGKILL --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_killed_holder_leaves_a_lease_taken_on_expiry_or_by_its_retry(location, clock):
     uri, opts = location
     shards = [new_shard(), new_shard()]

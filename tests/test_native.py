@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # --- MemTable mode (pylance's native writer) ----------------------------------------
 
-native_backends = pytest.mark.parametrize("backend", ["local", "s3"])
+native_backends = pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 
 
 @pytest.fixture

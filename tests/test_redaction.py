@@ -186,7 +186,8 @@ def test_config_errors_never_echo_a_credential(name, secret):
         lambda: WriteOptions.parse({**storage}),  # no path
         lambda: S3Options.from_storage_options({name: secret, "s3_max_attempts": "zero"}),
         lambda: S3Options.from_storage_options({name: secret, "aws_endpoint": "http://h:1"}),
-        lambda: open_store("gs://bucket/t.lance", {name: secret}),
+        lambda: open_store("hdfs://nn/t.lance", {name: secret}),
+        lambda: open_store("az://c/t.lance", {name: secret, "azure_endpoint": "http://h:1"}),
         lambda: parse_bool(name, secret),  # a credential given where a flag was expected
     ]
     for call in failing:

@@ -1,8 +1,10 @@
-"""Exactly-once on a real S3 server with faults injected at the HTTP level.
+"""Exactly-once on a real S3 server, the GCS emulator and Azurite, with faults injected
+at the HTTP level.
 
 A proxy on 127.0.0.1 (``tests.fault_proxy``) sits between the package and
-SeaweedFS and drops responses after a PUT landed, answers 500/503 before or
-after forwarding, resets connections and delays requests. Under each fault,
+SeaweedFS (or fake-gcs-server's gateway, or Azurite) and drops responses after a
+PUT landed, answers 500/503 before or after forwarding, resets connections and
+delays requests. Under each fault,
 WAL appends, claims and commit records must lose no acknowledged row,
 duplicate none in ``read_committed``, send each conditional PUT once per
 protocol attempt, and fail, when they must, with a typed error saying what to do.
@@ -80,8 +82,8 @@ def conditional_puts(proxy, pattern: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_one_fault_loses_and_duplicates_nothing(proxied_s3_table, fault_proxy, fault, target):
-    uri, opts = proxied_s3_table
+def test_one_fault_loses_and_duplicates_nothing(proxied_location, fault, target):
+    fault_proxy, (uri, opts) = proxied_location
     shard = new_shard()
     acked = write_and_commit(uri, opts, shard, 0, 3)  # epoch 1, clean
     fault_proxy.clear_records()
@@ -114,9 +116,8 @@ def test_one_fault_loses_and_duplicates_nothing(proxied_s3_table, fault_proxy, f
 
 
 @pytest.mark.parametrize("fault", ["503 before", "lost response"])
-def test_persistent_fault_is_a_typed_error_and_reopen_recovers(proxied_s3_table, fault_proxy,
-                                                               fault):
-    uri, opts = proxied_s3_table
+def test_persistent_fault_is_a_typed_error_and_reopen_recovers(proxied_location, fault):
+    fault_proxy, (uri, opts) = proxied_location
     shard = new_shard()
     acked = write_and_commit(uri, opts, shard, 0, 2)
     fault_proxy.add_rule(FaultRule(method="PUT", key_pattern=TARGETS["wal"],
@@ -129,8 +130,8 @@ def test_persistent_fault_is_a_typed_error_and_reopen_recovers(proxied_s3_table,
     assert committed_ids(uri, opts) == sorted(acked)
 
 
-def test_delayed_requests_change_nothing(proxied_s3_table, fault_proxy):
-    uri, opts = proxied_s3_table
+def test_delayed_requests_change_nothing(proxied_location):
+    fault_proxy, (uri, opts) = proxied_location
     fault_proxy.add_rule(FaultRule(method="PUT", fault="delay", delay_s=0.05,
                                    probability=0.5, seed=7))
     shard = new_shard()

@@ -117,7 +117,7 @@ def test_open_store_by_scheme(tmp_path):
     assert isinstance(s3, S3Store) and s3.prefix == "prefix/t.lance"
 
 
-@pytest.mark.parametrize("uri", ["gs://b/t", "az://c/t", "hdfs://nn/t", "http://h/t"])
+@pytest.mark.parametrize("uri", ["gcs://b/t", "azure://c/t", "hdfs://nn/t", "http://h/t"])
 def test_unknown_scheme_is_refused(uri):
     with pytest.raises(UnsupportedStoreError, match="conditional writes"):
         open_store(uri)

@@ -191,7 +191,7 @@ def check_no_entry_above_newer_sentinel(store, shard):
     assert positions == list(range(1, len(positions) + 1))  # gap-free
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_process_race_claims_and_appends(location):
     uri, opts = location
     shard = new_shard()

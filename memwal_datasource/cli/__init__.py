@@ -56,7 +56,8 @@ __all__ = [
 def main() -> None:
     """Inspect a Lance table's MemWAL; compact and collect it (compact, gc).
 
-    PATH is the table's root: a local path, file://... or s3://bucket/prefix.
+    PATH is the table's root: a local path, file://..., s3://, gs://bucket/prefix or
+    az://container/prefix.
     SHARD is a shard UUID or its first characters as tables print them.
     """
 

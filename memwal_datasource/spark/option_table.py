@@ -82,7 +82,8 @@ def _config_rows() -> tuple[Option, ...]:
 
 OPTIONS: tuple[Option, ...] = (
     Option("path", "uri", "", WRITES + READS,
-           "the Lance table: local path, file://, s3://bucket/prefix (.save(path)/.load(path))"),
+           "the Lance table: local path, file://, s3://, gs://bucket/prefix, az://container/prefix "
+           "(.save(path)/.load(path))"),
     Option("create_table", "bool", "true", WRITES, "create the table if it is missing"),
     Option("primary_key", "columns", "", WRITES,
            "comma-separated primary-key columns, when the table is created"),
@@ -175,6 +176,7 @@ def markdown() -> str:
         lines.append(f"| `{o.name}` | {', '.join(o.scopes)} | {o.kind} | {default} | "
                      f"{o.doc} |")
     lines.append(f"| `{STORAGE_PREFIX}<name>` | all | text | unset | a storage option with "
-                 "Lance's names (aws_endpoint, aws_region, ...), passed to pylance and our "
-                 "S3 client; credentials are never logged |")
+                 "Lance's names (aws_endpoint, google_service_account, "
+                 "azure_storage_account_name, ...), passed to pylance and our store client; "
+                 "credentials are never logged |")
     return "\n".join(lines)

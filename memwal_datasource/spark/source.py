@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 from .. import sharding
 from ..commit import OVERWRITE, Txn, stream_app_id
 from ..errors import ConfigError
-from ..store import S3Store, open_store
+from ..store import open_store
 from ..table import (
     ROW_KEY,
     data_schema,
@@ -211,10 +211,11 @@ def checkpoint_query_id(location: str) -> str:
 
 
 def _check_store(path: str, storage: dict[str, str]) -> None:
-    """Fail on the driver when the bucket is missing or credentials are wrong."""
+    """Fail on the driver when the bucket (or container) is missing or credentials are wrong."""
     store = open_store(path, storage)
-    if isinstance(store, S3Store):
-        store.check_bucket()
+    check = getattr(store, "check_bucket", None)  # S3, GCS and Azure stores
+    if check is not None:
+        check()
 
 
 def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:

@@ -1,4 +1,4 @@
-"""The read-only ``memwal`` CLI, on local disk and S3."""
+"""The read-only ``memwal`` CLI, on local disk, S3 and the GCS and Azure emulators."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def pk_table_with_commits(location, n: int, nbytes: int = 0):
     return uri, opts, store
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_cli_reads_without_writing(table):
     uri, args, store = table
     before = sorted(store.list(""))
@@ -205,7 +205,7 @@ def test_ordinary_mistakes_get_one_line_and_an_exit_code(table):
                    "a shard id")
     one_line_error(invoke("tail", uri, "zz!"), EXIT_USAGE, "is not a shard id")
     one_line_error(invoke("shards", uri, "--storage", "novalue"), EXIT_USAGE, "KEY=VALUE")
-    one_line_error(invoke("shards", "gs://bucket/t.lance"), EXIT_USAGE,
+    one_line_error(invoke("shards", "hdfs://nn/t.lance"), EXIT_USAGE,
                    "unsupported storage scheme")
     one_line_error(invoke("shards", "s3:///t.lance"), EXIT_USAGE, "has no bucket")
     one_line_error(invoke("compact", uri), EXIT_ERROR, "no Lance table")
@@ -280,7 +280,7 @@ def test_wrong_s3_prefix_or_bucket_is_exit_3(table):
                    "bucket 'no-such-bucket-x' does not exist")
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "azure"])
 def test_compact_dry_run_then_compacts_and_says_so(location):
     from memwal_datasource.table import read_table
 

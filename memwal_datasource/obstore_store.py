@@ -1,0 +1,338 @@
+"""The shared base of object stores reached only through obstore (GCS, Azure Blob).
+
+Each backend module (:mod:`.gcs_store`, :mod:`.azure_store`) says how to build its
+obstore client and which answers mean "the key already exists"; this module holds
+the rest of the :class:`~memwal_datasource.store.ObjectStore` contract:
+
+* ``put_if_absent`` is one create-only PUT (``obstore.put(..., mode="create")``)
+  on a client with ``max_retries=0``: an SDK retry of a PUT whose response was
+  lost comes back "exists" and would look like another writer's object. An
+  "exists" answer raises ``FileExistsError``; every other failure raises
+  :class:`~memwal_datasource.errors.TransientStoreError` (the object may or may
+  not have landed) and :func:`~memwal_datasource.store.put_resolved` retries at
+  the same key with the same bytes and reads collisions back.
+* reads, listings, deletes and hint PUTs keep the client's retries
+  (``s3_max_attempts``, which applies to every object store).
+
+Clients are built once per process and configuration. obstore's runtime does
+not survive ``fork()`` (see :mod:`.s3_clients`), and these backends have no
+boto3 to fall back on, so a process forked from one that used obstore is refused
+with an error that says to use the ``spawn`` start method.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import s3_clients
+from .errors import (
+    ConfigError,
+    StoreAuthError,
+    StoreError,
+    StoreNotFoundError,
+    TransientStoreError,
+)
+from .options import (
+    ALLOW_HTTP,
+    OUR_KEYS,
+    REDACTED,
+    S3_CONNECT_TIMEOUT,
+    S3_MAX_ATTEMPTS,
+    S3_READ_TIMEOUT,
+    _parse_number,
+    is_secret,
+    normalize,
+    parse_bool,
+    scrub,
+    scrub_url,
+    secret_values,
+)
+from .store import BytesLike, ObjectStore, _dir_prefix, byte_view
+
+_LOCK = threading.Lock()
+_CLIENTS: dict[tuple, Any] = {}
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_KIND = re.compile(r"kind: (\w+)")
+
+
+@dataclass(frozen=True)
+class ObstoreOptions:
+    """The storage options one backend hands to obstore, parsed once.
+
+    ``config`` holds the backend's own ``object_store`` keys (``google_*``,
+    ``azure_*``) exactly as given, so pylance and this store read one mapping
+    the same way. ``repr`` never shows a credential.
+    """
+
+    config: tuple[tuple[str, str], ...]
+    allow_http: bool = False
+    max_attempts: int = 5
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+
+    @classmethod
+    def from_storage_options(cls, storage_options: Mapping[str, str] | None,
+                             prefix: str) -> ObstoreOptions:
+        """Keep the keys starting with ``prefix``; the rest are other backends' (ignored)."""
+        opts = normalize(storage_options)
+        config = tuple(sorted((k, v) for k, v in opts.items()
+                              if k.startswith(prefix) and k not in OUR_KEYS))
+        return cls(
+            config=config,
+            allow_http=parse_bool(ALLOW_HTTP, opts.get(ALLOW_HTTP, "false")),
+            max_attempts=int(_parse_number(S3_MAX_ATTEMPTS, opts.get(S3_MAX_ATTEMPTS, "5"),
+                                           int, 1)),
+            connect_timeout_s=_parse_number(S3_CONNECT_TIMEOUT,
+                                            opts.get(S3_CONNECT_TIMEOUT, "10"), float, 0.1),
+            read_timeout_s=_parse_number(S3_READ_TIMEOUT, opts.get(S3_READ_TIMEOUT, "60"),
+                                         float, 0.1),
+        )
+
+    def get(self, name: str) -> str | None:
+        return dict(self.config).get(name)
+
+    def secret_values(self) -> list[str]:
+        """Credentials (and URL passwords) these options hold, for :func:`scrub`."""
+        return secret_values(dict(self.config))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}='{REDACTED if is_secret(k) else scrub_url(v)}'"
+                          for k, v in self.config)
+        return (f"ObstoreOptions({shown}, allow_http={self.allow_http}, "
+                f"max_attempts={self.max_attempts})")
+
+    __str__ = __repr__
+
+    def client_options(self) -> dict[str, Any]:
+        return {"allow_http": self.allow_http,
+                "connect_timeout": timedelta(seconds=self.connect_timeout_s),
+                # A bound on the whole request: a stalled server is a timeout, not a hang.
+                "timeout": timedelta(seconds=self.read_timeout_s)}
+
+    def check_http(self, endpoint_key: str) -> None:
+        """Refuse a plain-http endpoint unless ``allow_http`` is set (as for S3)."""
+        endpoint = self.get(endpoint_key)
+        if endpoint and endpoint.startswith("http://") and not self.allow_http:
+            raise ConfigError(f"set {ALLOW_HTTP}=true to allow it: storage option "
+                              f"'{endpoint_key}' is plain http ({scrub_url(endpoint)})")
+
+
+class ObstoreStore(ObjectStore):
+    """An :class:`ObjectStore` over one obstore client; subclasses name the backend.
+
+    Subclasses set ``service`` (for messages), ``container_word`` ("bucket",
+    "container"), ``container``, ``prefix``, ``options``, ``uri``, and implement
+    :meth:`_new_client` and :meth:`_is_exists`.
+    """
+
+    service: str = "object store"
+    container_word: str = "bucket"
+    credential_hint: str = "the storage options"
+    container: str
+    prefix: str
+    options: ObstoreOptions
+
+    # -- backend hooks -------------------------------------------------------------------
+
+    def _new_client(self, retry: dict[str, Any]) -> Any:
+        """Build the obstore store (``retry`` is its ``retry_config``)."""
+        raise NotImplementedError
+
+    def _is_exists(self, status: int | None, code: str) -> bool:
+        """True if a create-only PUT's failure means the key already exists."""
+        return status == 412
+
+    def _endpoint_name(self) -> str:
+        return f"the {self.service} endpoint"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(uri='{self.uri}', options={self.options!r})"
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _client(self, conditional: bool) -> Any:
+        if not s3_clients.obstore_usable():
+            raise StoreError(
+                f"start this process with multiprocessing's 'spawn' method (or a fresh "
+                f"interpreter): it was forked from one that already used obstore, whose "
+                f"runtime does not survive fork(), and {self.service} has no other client")
+        key = (os.getpid(), type(self), self.container, self.options, conditional)
+        client = _CLIENTS.get(key)
+        if client is None:
+            with _LOCK:
+                client = _CLIENTS.get(key)
+                if client is None:
+                    retries = 0 if conditional else max(0, self.options.max_attempts - 1)
+                    try:
+                        client = self._new_client({"max_retries": retries})
+                    except ConfigError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - configuration error, scrubbed
+                        raise StoreError(
+                            f"check the {self.service} storage options: the client for "
+                            f"{self.container_word} '{self.container}' cannot be configured "
+                            f"({type(exc).__name__}: {self._first_line(exc)})") from None
+                    _CLIENTS[key] = client
+        s3_clients.note_obstore_use()
+        return client
+
+    def _first_line(self, exc: BaseException) -> str:
+        return scrub(str(exc), self.options.secret_values()).split("\n", 1)[0][:300]
+
+    def _safe_cause(self, exc: BaseException | None) -> BaseException | None:
+        """``exc`` to chain, or ``None`` if its traceback would quote a credential."""
+        if exc is None:
+            return None
+        text = "".join(traceback.format_exception(exc))
+        return exc if scrub(text, self.options.secret_values()) == text else None
+
+    def _call(self, key: str, call, *, conditional: bool = False, listing: bool = False):
+        """Run ``call(client, path)``; map failures to the package's errors."""
+        client = self._client(conditional)
+        try:
+            return call(client, self._key(key))
+        except Exception as exc:  # noqa: BLE001 - mapped below
+            mapped = self._map(exc, key, conditional=conditional, listing=listing)
+            if mapped is exc:
+                raise
+            cause = None if isinstance(mapped, (FileExistsError, FileNotFoundError,
+                                                StoreAuthError, StoreNotFoundError)) else exc
+            raise mapped from self._safe_cause(cause)
+
+    def _map(self, exc: BaseException, key: str, *, conditional: bool,
+             listing: bool = False) -> BaseException:
+        """The package's exception for an obstore failure.
+
+        * a create-only PUT answered "exists" (412, or the backend's own 409 code:
+          :meth:`_is_exists`) -> ``FileExistsError``, whatever obstore class carries it
+          (object_store before apache/arrow-rs-object-store#830 reported Azure's as a
+          ``PreconditionError``);
+        * 404 -> ``FileNotFoundError``, or ``StoreNotFoundError`` for a missing bucket
+          or container (and for any 404 on a PUT or a listing);
+        * 401/403 -> ``StoreAuthError`` naming the options to check, never their values;
+        * 5xx, 408, 409, 429, timeouts, refused or reset connections ->
+          ``TransientStoreError`` (for a PUT: it may or may not have landed);
+        * any other status -> ``StoreError``.
+        """
+        from obstore.exceptions import (
+            AlreadyExistsError,
+            BaseError,
+            PermissionDeniedError,
+            PreconditionError,
+            UnauthenticatedError,
+        )
+
+        if not isinstance(exc, (BaseError, OSError)):
+            return exc  # a programming error (a bad payload type, ...): raised as it is
+        where = self.describe(key)
+        text = str(exc)
+        match = _STATUS.search(text)
+        status = int(match.group(1)) if match else None
+        found = _CODE.search(text)
+        code = found.group(1) if found else (f"HTTP {status}" if status else "")
+        if conditional and (self._is_exists(status, code) or (
+                status is None and isinstance(exc, (AlreadyExistsError, PreconditionError)))):
+            return FileExistsError(where)
+        if isinstance(exc, FileNotFoundError) or status == 404:
+            if conditional or listing or code in ("NoSuchBucket", "ContainerNotFound"):
+                return StoreNotFoundError(
+                    f"create the {self.container_word} first: {self.container_word} "
+                    f"'{self.container}' does not exist at {self._endpoint_name()} "
+                    f"(while accessing {where})")
+            return FileNotFoundError(where)
+        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or status in (401,
+                                                                                        403):
+            return StoreAuthError(
+                f"check {self.credential_hint}: {self.service} at {self._endpoint_name()} "
+                f"rejected the credentials for {self.container_word} '{self.container}' "
+                f"({code}) while accessing {where}")
+        if status is None:
+            kind = _KIND.search(text)
+            return TransientStoreError(
+                f"cannot reach {self.service} at {self._endpoint_name()} for {where}: "
+                f"{kind.group(1) if kind else type(exc).__name__}")
+        if status >= 500 or status in (408, 409, 412, 429):
+            return TransientStoreError(f"{self.service} error on {where}: {code} (HTTP {status})")
+        return StoreError(f"{self.service} error on {where}: {code} (HTTP {status})")
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def put_if_absent(self, key: str, data: BytesLike) -> None:
+        import obstore
+
+        view = byte_view(data)
+        self._call(key, lambda st, path: obstore.put(st, path, view, mode="create"),
+                   conditional=True)
+
+    def put(self, key: str, data: BytesLike) -> None:
+        import obstore
+
+        view = byte_view(data)
+        self._call(key, lambda st, path: obstore.put(st, path, view))
+
+    def get(self, key: str) -> bytes:
+        import obstore
+
+        return self._call(key, lambda st, path: bytes(obstore.get(st, path).bytes()))
+
+    def head(self, key: str) -> int | None:
+        import obstore
+
+        try:
+            return int(self._call(key, lambda st, path: obstore.head(st, path)["size"]))
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Every key under ``prefix``; a prefix that is not a whole directory
+        (``wal/01``) lists its directory and keeps the matching names."""
+        import obstore
+
+        if prefix and not prefix.endswith("/"):
+            directory = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        else:
+            directory = prefix
+        base = self._key(directory).rstrip("/") or None
+        full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+
+        def run(client, _path):
+            return [meta["path"] for batch in obstore.list(client, base) for meta in batch]
+
+        for path in self._call(directory, run, listing=True):
+            if path.startswith(full):
+                yield path[strip:]
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        import obstore
+
+        full = _dir_prefix(self._key(prefix))
+
+        def run(client, _path):
+            return obstore.list_with_delimiter(client, full or None)["common_prefixes"]
+
+        names = {p[len(full):].strip("/") for p in self._call(prefix, run, listing=True)}
+        return sorted(n for n in names if n)
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            self._call(key, lambda st, path: obstore.delete(st, path))
+        except FileNotFoundError:
+            pass
+
+    def check_bucket(self) -> None:
+        """Fail fast with a clear error when the bucket/container is missing or creds are wrong."""
+        self.list_dirs("")
