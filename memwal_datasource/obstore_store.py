@@ -294,6 +294,15 @@ class ObstoreStore(ObjectStore):
         except FileNotFoundError:
             return None
 
+    def modified_ms(self, key: str) -> int | None:
+        import obstore
+
+        try:
+            stamp = self._call(key, lambda st, path: obstore.head(st, path)["last_modified"])
+        except FileNotFoundError:
+            return None
+        return int(stamp.timestamp() * 1000)
+
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix``; a prefix that is not a whole directory
         (``wal/01``) lists its directory and keeps the matching names."""
