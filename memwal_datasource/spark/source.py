@@ -38,6 +38,7 @@ from ..table import (
     without_row_key,
 )
 from .deletes import prepare_delete
+from .interpreter import check_python_workers
 from .options import ReadOptions, WriteOptions
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
 from .stream import MemWalStreamReader, refuse_unsupported
@@ -245,6 +246,10 @@ class MemWalDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """``memwal``. In the driver (``spark.dataSource.register`` asks for the name)
+        this first checks that Spark's Python workers run an interpreter with this
+        package (:func:`~memwal_datasource.spark.interpreter.check_python_workers`)."""
+        check_python_workers()
         return "memwal"
 
     def _read_opts(self) -> tuple[ReadOptions, pa.Schema]:
