@@ -6,6 +6,8 @@ user can act on the message without reading a stack trace.
 
 from __future__ import annotations
 
+import re
+
 
 class MemWalError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -77,3 +79,12 @@ class WriterPoisoned(MemWalError):
 
 class ConfigError(MemWalError, ValueError):
     """A configuration value or option is invalid; the message names it."""
+
+
+# A source location pylance appends to messages: ", /home/.../rust/lance/src/x.rs:12:5".
+_NATIVE_LOCATION = re.compile(r",?\s*[^\s,]*\brust/[^\s,]*\.rs:\d+(?::\d+)?")
+
+
+def without_native_locations(text: str) -> str:
+    """``text`` without the Rust source paths pylance appends (``.../rust/lance/src/...rs:1:2``)."""
+    return _NATIVE_LOCATION.sub("", str(text)).strip()

@@ -25,9 +25,10 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from .. import sharding
-from ..commit import OVERWRITE, Txn, stream_app_id
-from ..errors import ConfigError
-from ..store import S3Store, open_store
+from ..commit import COMMITS_DIR, OVERWRITE, Txn, stream_app_id
+from ..errors import ConfigError, MemWalError, without_native_locations
+from ..format import MEM_WAL_DIR
+from ..store import ObjectStore, S3Store, open_store
 from ..table import (
     ROW_KEY,
     data_schema,
@@ -54,6 +55,10 @@ RESERVED_COLUMNS = {
     TOMBSTONE: "it marks deleted rows in the MemWAL format",
     ROW_KEY: "compaction adds it to tables without a primary key as their hidden row key",
 }
+
+
+# What marks a location as a table of ours: a Lance dataset or a MemWAL.
+TABLE_DIRS = ("_versions", MEM_WAL_DIR, COMMITS_DIR)
 
 
 # --- types ------------------------------------------------------------------
@@ -211,11 +216,55 @@ def checkpoint_query_id(location: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, canonical))
 
 
-def _check_store(path: str, storage: dict[str, str]) -> None:
-    """Fail on the driver when the bucket is missing or credentials are wrong."""
+def _check_store(path: str, storage: dict[str, str]) -> ObjectStore:
+    """The table's store; fails on the driver when the bucket is missing or credentials
+    are wrong or missing."""
     store = open_store(path, storage)
     if isinstance(store, S3Store):
         store.check_bucket()
+    return store
+
+
+def _refuse_foreign_directory(path: str, store: ObjectStore) -> None:
+    """Refuse to create a table where something that is not one already lives."""
+    if set(store.list_dirs("")) & set(TABLE_DIRS):
+        return  # a table (or a MemWAL) of ours, part-made: creating completes it
+    found = next(iter(store.list("")), None)
+    if found is not None:
+        raise ConfigError(
+            f"Save to an empty or new path, or to an existing Lance table: {path} is not "
+            f"empty and is not a Lance table (it holds {found}), so the memwal format will "
+            "not write its files into it.")
+
+
+def open_for_read(path: str, storage: dict[str, str]):
+    """The Lance dataset to read, with errors that say what to do.
+
+    The store is checked first, so rejected or missing S3 credentials are
+    reported as such, not as a missing table.
+    """
+    _check_store(path, storage)
+    try:
+        return open_table(path, storage)
+    except MemWalError as exc:
+        text = without_native_locations(str(exc))
+        if "was not found" in text:
+            raise ConfigError(
+                f"no memwal table at {path}: write to it first (df.write.format('memwal')"
+                f".save('{path}') creates it), or check the path") from None
+        raise MemWalError(text) from None
+
+
+def refuse_without_mem_wal(path: str, storage: dict[str, str], ds) -> None:
+    """A WAL-tail read of a plain Lance table (no MemWAL) fails instead of returning 0 rows."""
+    if ds.mem_wal_index_details() is not None:
+        return
+    if set(open_store(path, storage).list_dirs("")) & {MEM_WAL_DIR, COMMITS_DIR}:
+        return
+    raise ConfigError(
+        f"Read it with option view=table (the whole table), or write to it once through "
+        f"df.write.format('memwal') to start its MemWAL: the Lance table at {path} has no "
+        "MemWAL, so the WAL tail this read returns by default (view=tail) would be empty.")
 
 
 def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
@@ -223,7 +272,7 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     if opts.delete:
         return prepare_delete(opts, spark_schema)
     incoming = table_schema_for(spark_schema)
-    _check_store(opts.path, opts.storage)
+    store = _check_store(opts.path, opts.storage)
     if table_exists(opts.path, opts.storage):
         # Compaction's hidden key (tables without a primary key) is never written.
         table = without_row_key(open_table(opts.path, opts.storage).schema)
@@ -237,6 +286,7 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
         return table
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
+    _refuse_foreign_directory(opts.path, store)
     return sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
                                  opts.shard_by).schema
 
@@ -254,7 +304,7 @@ class MemWalDataSource(DataSource):
 
     def _read_opts(self) -> tuple[ReadOptions, pa.Schema]:
         opts = ReadOptions.parse(dict(self.options))
-        table = without_row_key(open_table(opts.path, opts.storage).schema)
+        table = without_row_key(open_for_read(opts.path, opts.storage).schema)
         if opts.metadata_columns:
             taken = [f.name for f in METADATA_FIELDS if f.name != TOMBSTONE
                      and f.name in table.names]
@@ -276,6 +326,8 @@ class MemWalDataSource(DataSource):
                         if k in {o.lower() for o in dict(self.options)})
             raise ConfigError(f"option '{name}' applies to spark.readStream only; a batch read "
                               "takes 'starting_positions' / 'ending_positions' per shard")
+        if opts.view == "tail":
+            refuse_without_mem_wal(opts.path, opts.storage, open_table(opts.path, opts.storage))
         return MemWalBatchReader(opts, table)
 
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pyspark.sql.utils import AnalysisException
 
@@ -170,3 +172,79 @@ def test_stream_start_option_parsing():
                         "set one of options 'starting_commit' and 'starting_timestamp'")]:
         with pytest.raises(ConfigError, match=match):
             ReadOptions.parse({"path": "p", **bad})
+
+
+def our_message(exc: BaseException) -> str:
+    """Our error's message out of the Java/Python traceback Spark wraps it in."""
+    import re
+
+    found = re.findall(r"memwal_datasource\.errors\.\w+: (.*)", str(exc))
+    assert found, str(exc)[-2000:]
+    return found[-1]
+
+
+def first_sentence(message: str) -> str:
+    return message.split(": ", 1)[0].split(". ", 1)[0]
+
+
+@pytest.mark.parametrize("written, read_as", [("uri", "path"), ("path", "uri")])
+def test_a_path_with_a_space_is_one_table(spark, tmp_path, written, read_as):
+    table = tmp_path / "a b" / "t.lance"
+    as_ = {"uri": table.as_uri(), "path": str(table)}  # file:///.../a%20b/t.lance
+    write(frame(spark, 0, 30, 2), as_[written], {})
+    write(frame(spark, 30, 30, 2), as_[read_as], {})
+    assert sorted(r.id for r in read(spark, as_[read_as], {}).collect()) == list(range(60))
+    assert sorted(r.id for r in read(spark, as_[written], {}).collect()) == list(range(60))
+    assert sorted(os.listdir(tmp_path)) == ["a b"]  # no second 'a%20b' directory
+    assert sorted(os.listdir(tmp_path / "a b")) == ["t.lance"]
+
+
+def test_saving_into_a_directory_that_is_not_a_lance_table_is_refused(spark, tmp_path):
+    target = tmp_path / "events"
+    frame(spark, 0, 10, 1).write.parquet(str(target))
+    before = sorted(os.listdir(target))
+    with pytest.raises(AnalysisException) as err:
+        write(frame(spark, 0, 10, 1), str(target), {})
+    message = our_message(err.value)
+    assert first_sentence(message) == ("Save to an empty or new path, or to an existing Lance "
+                                       "table")
+    assert f"{target} is not empty and is not a Lance table" in message
+    assert sorted(os.listdir(target)) == before
+
+
+def test_reading_a_missing_table_names_the_absolute_path(spark, tmp_path):
+    with pytest.raises(AnalysisException) as err:
+        spark.read.format("memwal").load(str(tmp_path / "missing.lance")).collect()
+    message = our_message(err.value)
+    # Lance's own message drops the leading '/'; ours keeps the path as given.
+    assert message.startswith(f"no memwal table at {tmp_path}/missing.lance: write to it first")
+    assert str(tmp_path).startswith("/")
+    assert "rust/" not in message and ".rs:" not in str(err.value).split("memwal_datasource")[-1]
+
+
+def test_reading_a_plain_lance_table_says_it_has_no_memwal(spark, tmp_path):
+    import lance
+    import pyarrow as pa
+
+    uri = str(tmp_path / "plain.lance")
+    lance.write_dataset(pa.table({"id": pa.array([1, 2], pa.int64())}), uri)
+    with pytest.raises(AnalysisException) as err:
+        spark.read.format("memwal").load(uri).collect()
+    message = our_message(err.value)
+    assert first_sentence(message).startswith("Read it with option view=table")
+    assert "write to it once through df.write.format('memwal')" in first_sentence(message)
+    assert f"the Lance table at {uri} has no MemWAL" in message
+    assert sorted(r.id for r in spark.read.format("memwal").option("view", "table")
+                  .load(uri).collect()) == [1, 2]
+
+
+def test_reading_with_a_wrong_secret_says_the_credentials_were_rejected(spark, s3_table):
+    uri, base = s3_table
+    opts = {f"storage.{k}": v for k, v in base.items()}
+    write(frame(spark, 0, 5, 1), uri, opts)
+    bad = dict(opts, **{"storage.aws_secret_access_key": "wrong-secret-value"})
+    with pytest.raises(AnalysisException) as err:
+        read(spark, uri, bad).collect()
+    assert "rejected the credentials" in our_message(err.value)
+    assert "no memwal table" not in str(err.value)
+    assert "wrong-secret-value" not in str(err.value)
