@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench tour clean install
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,bench]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,bench]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -227,7 +227,7 @@ def _check_store(path: str, storage: dict[str, str]) -> ObjectStore:
 
 def _refuse_foreign_directory(path: str, store: ObjectStore) -> None:
     """Refuse to create a table where something that is not one already lives."""
-    if set(store.list_dirs("")) & set(TABLE_DIRS):
+    if any(d in TABLE_DIRS or d.startswith("_memwal") for d in store.list_dirs("")):
         return  # a table (or a MemWAL) of ours, part-made: creating completes it
     found = next(iter(store.list("")), None)
     if found is not None:
