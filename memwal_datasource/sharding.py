@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import ConfigError, MemWalError
+from .errors import ConfigError, MemWalError, without_native_locations
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import ObjectStore
@@ -355,7 +355,8 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
         ds = lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=opts)
     except OSError as exc:
         if "already exists" not in str(exc).lower():
-            raise MemWalError(f"cannot create Lance table at {uri}: {exc}") from None
+            raise MemWalError(f"cannot create Lance table at {uri}: "
+                              f"{without_native_locations(exc)}") from None
         ds = lance.dataset(uri, storage_options=opts)
     if ds.mem_wal_index_details() is None:
         try:
@@ -371,7 +372,8 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
                 what = (f"by {request.describe()}" if explicit else
                         f"by its default spec ({request.describe()}, from primary key "
                         f"{list(primary_key)})")
-                raise ConfigError(f"cannot shard the table at {uri} {what}: {exc}") from None
+                raise ConfigError(f"cannot shard the table at {uri} {what}: "
+                                  f"{without_native_locations(exc)}") from None
     ds = lance.dataset(uri, storage_options=opts)
     if explicit:
         check_requested(table_sharding(ds), request, uri)

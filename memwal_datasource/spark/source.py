@@ -216,6 +216,25 @@ def checkpoint_query_id(location: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, canonical))
 
 
+def _hashable_key(t: pa.DataType) -> bool:
+    """A type Lance's MemWAL can hash as a primary key (pylance 14: its error lists them)."""
+    return (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def check_key_types(schema: pa.Schema, primary_key: tuple[str, ...]) -> None:
+    """Refuse, before the table is made, a primary key column Lance cannot hash."""
+    for name in primary_key:
+        if name in schema.names and not _hashable_key(schema.field(name).type):
+            t = schema.field(name).type
+            raise ConfigError(
+                f"Cast primary key column '{name}' to a supported key type (integer, boolean, "
+                f"string or binary), e.g. .withColumn('{name}', col('{name}').cast('string')), "
+                f"or pick another key with option 'primary_key': '{name}' is {t}, which "
+                "Lance's MemWAL cannot use as a primary key.")
+
+
 def _check_store(path: str, storage: dict[str, str]) -> ObjectStore:
     """The table's store; fails on the driver when the bucket is missing or credentials
     are wrong or missing."""
@@ -287,6 +306,7 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
     _refuse_foreign_directory(opts.path, store)
+    check_key_types(incoming, opts.primary_key)
     return sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
                                  opts.shard_by).schema
 

@@ -248,3 +248,17 @@ def test_reading_with_a_wrong_secret_says_the_credentials_were_rejected(spark, s
     assert "rejected the credentials" in our_message(err.value)
     assert "no memwal table" not in str(err.value)
     assert "wrong-secret-value" not in str(err.value)
+
+
+def test_a_date_primary_key_is_refused_naming_the_supported_types(spark, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    df = spark.sql("select date_add(date'2024-01-01', cast(id as int)) as d, id as v "
+                   "from range(3)")
+    with pytest.raises(AnalysisException) as err:
+        write(df, uri, {}, primary_key="d")
+    message = our_message(err.value)
+    assert first_sentence(message).startswith(
+        "Cast primary key column 'd' to a supported key type (integer, boolean, string or "
+        "binary)")
+    assert "option 'primary_key'" in message and "rust/" not in message
+    assert not os.path.exists(uri)
