@@ -14,10 +14,13 @@ Spark's socket may sit at addresses pylance's native writer cannot import
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -28,6 +31,7 @@ from .. import sharding
 from ..commit import COMMITS_DIR, OVERWRITE, Txn, stream_app_id
 from ..errors import ConfigError, MemWalError, without_native_locations
 from ..format import MEM_WAL_DIR
+from ..options import scrub_url
 from ..store import ObjectStore, S3Store, open_store
 from ..table import (
     ROW_KEY,
@@ -171,6 +175,61 @@ class SparkBatchWriter(MemWalBatchWriter):
                                         self.opts.config.enable_memtable))
 
 
+# Where each stream with an explicit query_id marks itself live (one file per checkpoint).
+STREAMS_DIR = "_memwal_streams"
+# A mark this recent is a live stream's (streams renew it every micro-batch).
+STREAM_LIVE_S = 600.0
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """A stream's claim on its explicit ``query_id``, renewed every micro-batch.
+
+    Two streams with one ``query_id`` would each skip the other's micro-batches
+    as already committed (a batch commits once per query id and batch id), so
+    half their rows would silently vanish. Each stream therefore writes
+    ``_memwal_streams/<query>/<checkpoint>.json`` and fails, naming
+    ``query_id``, while another checkpoint's mark is younger than
+    :data:`STREAM_LIVE_S`; the loser removes its own mark.
+    """
+
+    query_id: str
+    checkpoint: str
+
+    @property
+    def folder(self) -> str:
+        return f"{STREAMS_DIR}/{uuid.uuid5(uuid.NAMESPACE_URL, self.query_id)}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.folder}/{checkpoint_query_id(self.checkpoint)}.json"
+
+    def renew(self, store: ObjectStore, now_ms: int | None = None) -> None:
+        """Mark this stream live, then fail if another live stream has the same query id."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        store.put(self.key, json.dumps({"query_id": self.query_id,
+                                        "checkpoint": scrub_url(self.checkpoint),
+                                        "seen_ms": now}).encode())
+        for key in store.list(self.folder + "/"):
+            if key == self.key:
+                continue
+            try:
+                other = json.loads(store.get(key))
+                age_s = (now - int(other["seen_ms"])) / 1000
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                continue
+            if age_s < STREAM_LIVE_S:
+                store.delete(self.key)
+                raise ConfigError(
+                    f"Give each stream its own query_id, or leave option 'query_id' unset "
+                    f"(the checkpoint location then identifies the stream): query_id "
+                    f"'{self.query_id}' is in use by another live stream (checkpoint "
+                    f"{other.get('checkpoint')}, last micro-batch {age_s:.0f}s ago), and two "
+                    "streams with one query_id would each skip the other's micro-batches as "
+                    f"already committed. If that stream has stopped, start this one after "
+                    f"{STREAM_LIVE_S - age_s:.0f}s or delete {store.describe(key)}.")
+
+
 class SparkStreamWriter(MemWalStreamWriter):
     """:class:`MemWalStreamWriter` fed through :func:`conform`; honours complete mode.
 
@@ -184,7 +243,11 @@ class SparkStreamWriter(MemWalStreamWriter):
         return super().write(_conformed(iterator, self.schema,
                                         self.opts.config.enable_memtable))
 
+    mark: StreamMark | None = None
+
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
+        if self.mark is not None:  # another stream took the query id since planning?
+            self.mark.renew(open_store(self.opts.path, self.opts.storage))
         if not self.overwrite:
             super().commit(messages, batchId)
             return
@@ -362,11 +425,19 @@ class MemWalDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> MemWalStreamWriter:  # noqa: N802
         raw = {k.lower(): v for k, v in dict(self.options).items()}
         query_id = raw.get("query_id")
+        location = raw.get("checkpointlocation")
+        mark = None
         if not query_id:
-            location = raw.get("checkpointlocation")
             if not location:
                 raise ConfigError("a memwal stream sink needs option 'checkpointLocation' (or "
                                   "'query_id') to commit each micro-batch exactly once")
             query_id = checkpoint_query_id(location)
+        elif location:
+            mark = StreamMark(query_id, location)
         opts = WriteOptions.parse(raw)
-        return SparkStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)
+        writer = SparkStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)
+        if mark is not None:
+            # Spark plans a writer per micro-batch: the mark is renewed (and checked) each time.
+            mark.renew(open_store(opts.path, opts.storage))
+            writer.mark = mark
+        return writer
