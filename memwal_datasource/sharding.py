@@ -206,6 +206,18 @@ class Sharding:
             return b"\x01" if value else b"\x00"
         raise ConfigError(f"sharding value type '{kind}' of {self.describe()} is not supported")
 
+    def decode_value(self, raw: bytes) -> Any:
+        """The sharding value stored as ``raw`` in ``shard_field_entries`` (inverse of
+        :meth:`value_bytes`); the bytes themselves when the type is not known here."""
+        kind = str(self._field.get("result_type") or "")
+        if kind in _INT_FORMATS and len(raw) == struct.calcsize(_INT_FORMATS[kind]):
+            return struct.unpack(_INT_FORMATS[kind], raw)[0]
+        if kind in ("utf8", "large_utf8", "string", "large_string"):
+            return raw.decode(errors="replace")
+        if kind in ("boolean", "bool") and len(raw) == 1:
+            return raw != b"\x00"
+        return raw
+
     def field_entries(self, value: Any) -> list[tuple[str, bytes]]:
         """``shard_field_entries`` of the shard holding ``value`` (none for a null value).
 

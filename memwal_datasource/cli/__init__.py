@@ -23,6 +23,7 @@ from .errors import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_RETRY,
     EXIT_USAGE,
     CliError,
     CliGroup,
@@ -44,7 +45,8 @@ from .survey import (
 from .wal_tail import tail
 
 __all__ = [
-    "EXIT_CODES", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "SENTINEL_SCAN_LIMIT",
+    "EXIT_CODES", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_RETRY", "EXIT_USAGE",
+    "SENTINEL_SCAN_LIMIT",
     "TABLE_MARKERS", "CliError", "ShardInfo", "StoredLog", "format_value", "human_size",
     "json_opt", "local_time", "main", "open_table", "record_json", "resolve_shard", "run",
     "shard_info", "short", "short_ids", "status_name", "storage_opt", "stored_records",

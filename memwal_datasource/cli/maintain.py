@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import click
 
-from .errors import EPILOG
+from .errors import EPILOG, EXIT_RETRY, CliError
 from .params import json_opt, open_table, storage_opt
 from .render import emit_json, human_size, new_console
 
@@ -101,12 +101,20 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
     `memwal compact`, e.g. hourly; streams further behind than the retention must
     restart.
     """
+    from ..errors import Fenced
     from ..gc import collect
     from ..table import MemWalTable
 
     open_table(uri, storage)
-    done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
-                   retain_manifest_versions=retain_manifest_versions, dry_run=dry_run)
+    try:
+        done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
+                       retain_manifest_versions=retain_manifest_versions, dry_run=dry_run)
+    except Fenced as exc:
+        # gc fences every shard before it records or deletes anything, so losing a
+        # shard to a live writer's newer claim there changes nothing: a re-run retries.
+        raise CliError(f"Run gc again: a live writer claimed shard {exc.shard_id} (epoch "
+                       f"{exc.stored_epoch}) while gc was fencing it, a harmless race; nothing "
+                       "was deleted and the writer goes on.", EXIT_RETRY) from None
     groups = {"wal_entries": [i for s in done.shards for i in s.entries],
               "commit_records": done.records, "manifest_versions": done.manifests,
               "round_intents": done.rounds}
