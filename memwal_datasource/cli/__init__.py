@@ -68,5 +68,14 @@ for _command in (shards, manifest, tail, commits, inspect, compact, gc, options)
 
 
 def run() -> None:
-    """Console-script entry point (errors are already one line with an exit code)."""
+    """Console-script entry point (errors are already one line with an exit code).
+
+    The CLI is an application, so it configures logging: the library's warnings
+    (a damaged hint file skipped, ...) go to stderr as ``memwal: WARNING: ...``.
+    """
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("memwal: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     main(prog_name="memwal")
