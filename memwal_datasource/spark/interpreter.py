@@ -46,6 +46,11 @@ def worker_problem(python_exec: str) -> str | None:
     if python_exec in _checked:
         return _checked[python_exec]
     found = shutil.which(python_exec)
+    if not found and not os.path.isabs(python_exec) and os.sep in python_exec:
+        # ./environment/bin/python: an archive (--archives env.tar.gz#environment)
+        # unpacked in the executors' working directories; the driver cannot look.
+        _checked[python_exec] = None
+        return None
     if found and os.path.abspath(found) == os.path.abspath(sys.executable):
         problem = None
     elif not found:

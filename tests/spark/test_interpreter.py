@@ -48,6 +48,11 @@ def test_a_missing_interpreter_is_named():
     assert "not an executable on the PATH" in worker_problem("no-such-python-3.99")
 
 
+def test_an_archive_interpreter_only_executors_have_is_not_judged(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # spark-submit --archives env.tar.gz#environment
+    assert worker_problem("./environment/bin/python") is None
+
+
 def test_unset_pyspark_python_names_the_fix(monkeypatch, bare_python):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     with pytest.raises(ConfigError) as err:
