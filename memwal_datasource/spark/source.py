@@ -159,9 +159,28 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, realign: bool) -> pa.Recor
     return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)) if changed else batch
 
 
+def check_no_null_keys(batch: pa.RecordBatch, schema: pa.Schema) -> None:
+    """Refuse a batch with a null in a non-nullable (primary key) column, naming it.
+
+    Spark marks most columns nullable, so only the data can tell; this runs in
+    the task on every batch before the shard writer sees it (nothing of the
+    batch is written, and the job commits nothing).
+    """
+    for f in schema:
+        if f.nullable or f.name not in batch.schema.names:
+            continue
+        nulls = batch.column(f.name).null_count
+        if nulls:
+            raise ConfigError(
+                f"Primary key column '{f.name}' must not be null: drop or fill those rows "
+                f"before writing (e.g. df.na.drop(subset=['{f.name}'])); a batch had {nulls} "
+                "null(s), and the job commits nothing.")
+
+
 def _conformed(batches: Iterator[pa.RecordBatch], schema: pa.Schema,
                realign: bool) -> Iterator[pa.RecordBatch]:
     for batch in batches:
+        check_no_null_keys(batch, schema)
         yield conform(batch, schema, realign)
 
 

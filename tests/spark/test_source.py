@@ -262,3 +262,15 @@ def test_a_date_primary_key_is_refused_naming_the_supported_types(spark, tmp_pat
         "binary)")
     assert "option 'primary_key'" in message and "rust/" not in message
     assert not os.path.exists(uri)
+
+
+@pytest.mark.parametrize("memtable", ["true", "false"])
+def test_a_null_primary_key_names_the_column(spark, tmp_path, memtable):
+    uri = str(tmp_path / "t.lance")
+    df = spark.sql("select if(id = 3, null, id) as id, cast(id as string) as v from range(6)")
+    with pytest.raises(Exception) as err:
+        write(df.coalesce(1), uri, {}, primary_key="id", enable_memtable=memtable)
+    message = our_message(err.value)
+    assert first_sentence(message) == "Primary key column 'id' must not be null"
+    assert "drop or fill those rows" in message
+    assert read(spark, uri, {}).count() == 0  # nothing committed
