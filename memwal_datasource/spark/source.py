@@ -14,6 +14,7 @@ Spark's socket may sit at addresses pylance's native writer cannot import
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import posixpath
@@ -184,11 +185,32 @@ def _conformed(batches: Iterator[pa.RecordBatch], schema: pa.Schema,
         yield conform(batch, schema, realign)
 
 
+# --- errors -----------------------------------------------------------------
+
+def without_native_paths(fn):
+    """``fn`` whose exceptions carry no Rust source locations (pylance appends
+    ``.../rust/lance/src/....rs:L:C`` to its messages); the exception itself,
+    its type and traceback are kept."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            text = str(exc)
+            if ".rs:" in text and len(exc.args) <= 1:
+                clean = without_native_locations(text)
+                if clean != text:
+                    exc.args = (clean,)
+            raise
+    return wrapper
+
+
 # --- writers ----------------------------------------------------------------
 
 class SparkBatchWriter(MemWalBatchWriter):
     """:class:`MemWalBatchWriter` fed batches through :func:`conform`."""
 
+    @without_native_paths
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return super().write(_conformed(iterator, self.schema,
                                         self.opts.config.enable_memtable))
@@ -258,12 +280,14 @@ class SparkStreamWriter(MemWalStreamWriter):
     a replayed batch commits once. Spark itself refuses ``update`` mode.
     """
 
+    @without_native_paths
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return super().write(_conformed(iterator, self.schema,
                                         self.opts.config.enable_memtable))
 
     mark: StreamMark | None = None
 
+    @without_native_paths
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         if self.mark is not None:  # another stream took the query id since planning?
             self.mark.renew(open_store(self.opts.path, self.opts.storage))
@@ -415,12 +439,14 @@ class MemWalDataSource(DataSource):
                                   f"table at {opts.path} already has; read without it")
         return opts, table
 
+    @without_native_paths
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         opts, table = self._read_opts()
         return from_arrow_schema(output_schema(table, opts.metadata_columns))
 
+    @without_native_paths
     def reader(self, schema: StructType) -> MemWalBatchReader:
         opts, table = self._read_opts()
         if opts.stream_start is not None:
@@ -432,15 +458,18 @@ class MemWalDataSource(DataSource):
             refuse_without_mem_wal(opts.path, opts.storage, open_table(opts.path, opts.storage))
         return MemWalBatchReader(opts, table)
 
+    @without_native_paths
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802
         opts, table = self._read_opts()
         refuse_unsupported(opts)
         return MemWalStreamReader(opts, table)
 
+    @without_native_paths
     def writer(self, schema: StructType, overwrite: bool) -> MemWalBatchWriter:
         opts = WriteOptions.parse(dict(self.options))
         return SparkBatchWriter(opts, prepare_table(opts, schema), overwrite)
 
+    @without_native_paths
     def streamWriter(self, schema: StructType, overwrite: bool) -> MemWalStreamWriter:  # noqa: N802
         raw = {k.lower(): v for k, v in dict(self.options).items()}
         query_id = raw.get("query_id")

@@ -274,3 +274,24 @@ def test_a_null_primary_key_names_the_column(spark, tmp_path, memtable):
     assert first_sentence(message) == "Primary key column 'id' must not be null"
     assert "drop or fill those rows" in message
     assert read(spark, uri, {}).count() == 0  # nothing committed
+
+
+def test_native_source_locations_are_stripped_from_errors():
+    from memwal_datasource.errors import Fenced
+    from memwal_datasource.spark.source import without_native_paths
+
+    native = ("Invalid user input: Primary key column 'd' has unsupported type Date32, "
+              "/home/runner/work/lance/lance/rust/lance/src/dataset/mem_wal/scanner/exec/pk.rs"
+              ":72:24, /home/runner/work/lance/lance/rust/lance-table/src/io/commit.rs:653:26")
+
+    @without_native_paths
+    def fails(exc):
+        raise exc
+
+    with pytest.raises(OSError) as err:
+        fails(OSError(native))
+    assert str(err.value) == "Invalid user input: Primary key column 'd' has unsupported type " \
+                             "Date32"
+    with pytest.raises(Fenced) as err:  # our own types keep their type and fields
+        fails(Fenced("s", 1, 2, native))
+    assert ".rs:" not in str(err.value) and err.value.stored_epoch == 2
