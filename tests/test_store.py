@@ -369,9 +369,11 @@ def test_missing_s3_credentials_are_named(s3_server, s3_bucket, tmp_path, monkey
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # A timeout no other test uses: boto3 clients are cached per options, and a
+    # cached one would hold credentials another test's environment supplied.
     store = open_store(f"s3://{s3_bucket}/t.lance",
                        {"aws_endpoint": s3_server.endpoint, "aws_region": s3_server.region,
-                        "allow_http": "true"})
+                        "allow_http": "true", "s3_connect_timeout_s": "7.25"})
     with pytest.raises(StoreAuthError) as err:
         store.check_bucket()
     first = str(err.value).split(": ", 1)[0]

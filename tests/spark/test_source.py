@@ -77,7 +77,7 @@ def test_null_in_primary_key_fails_naming_column(spark, spark_location):
     uri, opts = spark_location
     write(frame(spark, 0, 5, 1), uri, opts, enable_memtable="false", primary_key="id")
     with_null = spark.range(0, 5).selectExpr("if(id = 3, null, id) as id", "'x' as v")
-    with pytest.raises(Exception, match="column 'id' is not nullable"):
+    with pytest.raises(Exception, match="Primary key column 'id' must not be null"):
         write(with_null, uri, opts, enable_memtable="false")
     assert read(spark, uri, opts).count() == 5
 
