@@ -14,6 +14,7 @@ from ..errors import (
     StoreAuthError,
     StoreNotFoundError,
     UnsupportedStoreError,
+    without_native_locations,
 )
 
 EXIT_OK = 0
@@ -39,7 +40,7 @@ class CliError(click.ClickException):
     """A one-line error with its exit code (see :data:`EXIT_CODES`)."""
 
     def __init__(self, message: str, exit_code: int = EXIT_ERROR):
-        super().__init__(" ".join(_scrub(message).split()))
+        super().__init__(" ".join(_scrub(without_native_locations(message)).split()))
         self.exit_code = exit_code
         ctx = click.get_current_context(silent=True)
         self.as_json = bool(ctx is not None and ctx.meta.get(JSON_KEY))

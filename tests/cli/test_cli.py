@@ -207,7 +207,9 @@ def test_ordinary_mistakes_get_one_line_and_an_exit_code(table):
     one_line_error(invoke("shards", "gs://bucket/t.lance"), EXIT_USAGE,
                    "unsupported storage scheme")
     one_line_error(invoke("shards", "s3:///t.lance"), EXIT_USAGE, "has no bucket")
-    one_line_error(invoke("compact", uri), EXIT_ERROR, "no Lance table")
+    out = invoke("compact", uri)
+    one_line_error(out, EXIT_ERROR, "no Lance table")
+    assert ".rs:" not in out.stderr and "rust/" not in out.stderr  # pylance's source paths
     # A damaged commit record is a runtime error, named, in one line.
     store.put(record_key(2), b"{not json")
     one_line_error(invoke("commits", uri), EXIT_ERROR, "commit record", "is corrupt")
