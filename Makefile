@@ -8,10 +8,10 @@ AZURITE := .cache/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: demo test lint bench tour clean install
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,bench]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,bench]"
 	touch $(STAMP)
 
 # Azurite (the Azure Blob emulator the tests use) from npm; Node from Debian if missing.

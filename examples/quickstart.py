@@ -30,6 +30,32 @@ def storage_from_env() -> dict[str, str]:
             if k.startswith(prefix)}
 
 
+def next_steps(uri: str, storage: dict[str, str]) -> str:
+    """What to try after the demo: the CLI on this table, compaction, the docs.
+
+    Storage options are shown for everything but credentials (never printed:
+    the CLI reads them from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY too).
+    """
+    from memwal_datasource.options import is_secret
+
+    flags = "".join(f" --storage {k[len('storage.'):]}={v}" for k, v in sorted(storage.items())
+                    if not is_secret(k))
+    secrets = any(is_secret(k) for k in storage)
+    lines = [
+        "",
+        "Next steps:",
+        f"  memwal inspect {uri}{flags}      # shards, commits, lag",
+        f"  memwal tail {uri} <shard>{flags}  # a shard's last WAL entries",
+        f"  memwal compact {uri}{flags}      # fold the WAL into the base Lance table",
+        f"  memwal gc {uri}{flags}           # then delete what compaction made unnecessary",
+        "  memwal --help, memwal options    # every command; every Spark option",
+        "  README.md: 'Running on a cluster', 'Troubleshooting'",
+    ]
+    if secrets:
+        lines.append("  (credentials: export AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     uri = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.mkdtemp(), "demo.lance")
     storage = storage_from_env()
@@ -76,6 +102,7 @@ def main() -> None:
               f"{sum(r.rows for r in rec.ranges):,} rows")
     assert total == 2 * rows, "every row written is read back exactly once"
     spark.stop()
+    print(next_steps(uri, storage))
 
 
 if __name__ == "__main__":

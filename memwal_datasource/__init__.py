@@ -7,6 +7,8 @@ core and the CLI stay light.
 
 from __future__ import annotations
 
+import logging
+
 # Loaded before ``def compact`` below: importing a submodule the first time binds its
 # name on the package, which would replace the function with the module.
 from . import compact as _compact_module  # noqa: F401
@@ -27,6 +29,12 @@ from .errors import (
 from .lance_readers import lancedb_table
 from .table import MemWalTable, read_table
 from .writer import open_shard_writer
+
+# A library configures no logging: records go to whatever the application set up
+# (Python's "Configuring Logging for a Library"). The NullHandler also tells the
+# Spark writer's fallback (a handler of its own where nothing is configured) that
+# logging is taken care of.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 __all__ = [

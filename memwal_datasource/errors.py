@@ -6,6 +6,8 @@ user can act on the message without reading a stack trace.
 
 from __future__ import annotations
 
+import re
+
 
 class MemWalError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -90,3 +92,12 @@ class CommitRefused(MemWalError):
 
 class CollectedError(MissingEntryError):
     """What a read needed was garbage-collected after it planned (plan again)."""
+
+
+# A source location pylance appends to messages: ", /home/.../rust/lance/src/x.rs:12:5".
+_NATIVE_LOCATION = re.compile(r",?\s*[^\s,]*\brust/[^\s,]*\.rs:\d+(?::\d+)?")
+
+
+def without_native_locations(text: str) -> str:
+    """``text`` without the Rust source paths pylance appends (``.../rust/lance/src/...rs:1:2``)."""
+    return _NATIVE_LOCATION.sub("", str(text)).strip()

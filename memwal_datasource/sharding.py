@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import ConfigError, MemWalError
+from .errors import ConfigError, MemWalError, without_native_locations
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import ObjectStore
@@ -206,6 +206,18 @@ class Sharding:
             return b"\x01" if value else b"\x00"
         raise ConfigError(f"sharding value type '{kind}' of {self.describe()} is not supported")
 
+    def decode_value(self, raw: bytes) -> Any:
+        """The sharding value stored as ``raw`` in ``shard_field_entries`` (inverse of
+        :meth:`value_bytes`); the bytes themselves when the type is not known here."""
+        kind = str(self._field.get("result_type") or "")
+        if kind in _INT_FORMATS and len(raw) == struct.calcsize(_INT_FORMATS[kind]):
+            return struct.unpack(_INT_FORMATS[kind], raw)[0]
+        if kind in ("utf8", "large_utf8", "string", "large_string"):
+            return raw.decode(errors="replace")
+        if kind in ("boolean", "bool") and len(raw) == 1:
+            return raw != b"\x00"
+        return raw
+
     def field_entries(self, value: Any) -> list[tuple[str, bytes]]:
         """``shard_field_entries`` of the shard holding ``value`` (none for a null value).
 
@@ -354,7 +366,8 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
         ds = lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=opts)
     except OSError as exc:
         if "already exists" not in str(exc).lower():
-            raise MemWalError(f"cannot create Lance table at {uri}: {exc}") from None
+            raise MemWalError(f"cannot create Lance table at {uri}: "
+                              f"{without_native_locations(exc)}") from None
         ds = lance.dataset(uri, storage_options=opts)
     if ds.mem_wal_index_details() is None:
         try:
@@ -370,7 +383,8 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
                 what = (f"by {request.describe()}" if explicit else
                         f"by its default spec ({request.describe()}, from primary key "
                         f"{list(primary_key)})")
-                raise ConfigError(f"cannot shard the table at {uri} {what}: {exc}") from None
+                raise ConfigError(f"cannot shard the table at {uri} {what}: "
+                                  f"{without_native_locations(exc)}") from None
     ds = lance.dataset(uri, storage_options=opts)
     if explicit:
         check_requested(table_sharding(ds), request, uri)

@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeAlias
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from . import s3_clients
 from .errors import (
@@ -445,6 +445,15 @@ class S3Store(ObjectStore):
             if status is not None and status >= 500 or code in ("SlowDown", "RequestTimeout"):
                 raise TransientStoreError(f"S3 error on {where}: {code}") from cause
             raise StoreError(f"S3 error on {where}: {code} (HTTP {status})") from cause
+        from botocore.exceptions import NoCredentialsError
+
+        if isinstance(exc, NoCredentialsError):
+            raise StoreAuthError(
+                "Set storage.aws_access_key_id and storage.aws_secret_access_key (or "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or an instance role where "
+                f"the driver and every executor run): no S3 credentials were found for bucket "
+                f"'{self.bucket}' at {self._endpoint_name()} (while accessing {where})."
+            ) from None
         if isinstance(exc, BotoCoreError):
             raise TransientStoreError(
                 f"cannot reach S3 at {self._endpoint_name()} for {where}: {type(exc).__name__}"
@@ -656,15 +665,37 @@ def _dir_prefix(prefix: str) -> str:
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
-def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
-    """Open the store for a table URI; refuse schemes without put-if-absent."""
+def local_path(uri: str) -> str | None:
+    """The plain absolute path of a local table location, or ``None`` for other schemes.
+
+    The one rule for local locations, used by our store and (through
+    :func:`memwal_datasource.spark.options.table_path`) by what Spark hands
+    pylance: a ``file://`` URI is percent-decoded (``Path.as_uri()`` writes a
+    space as ``%20`` and Lance decodes it, so keeping it would split one table
+    into two directories), a plain path is taken as it is; both become absolute.
+    """
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if len(scheme) == 1:  # a Windows drive letter, not a scheme
-        scheme = ""
-    if scheme in ("", "file"):
-        path = parsed.path if scheme == "file" else uri
+        return os.path.abspath(uri)
+    if scheme == "":
+        return os.path.abspath(uri)
+    if scheme != "file":
+        return None
+    if parsed.netloc not in ("", "localhost"):
+        raise UnsupportedStoreError(
+            f"write file:///{parsed.netloc}{parsed.path} (three slashes) or a plain path: "
+            f"'{scrub_url(uri)}' names host '{parsed.netloc}', and file:// URIs are local")
+    return os.path.abspath(unquote(parsed.path))
+
+
+def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
+    """Open the store for a table URI; refuse schemes without put-if-absent."""
+    path = local_path(uri)
+    if path is not None:
         return LocalStore(path)
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
     if scheme == "memory":
         return MemoryStore(parsed.netloc + parsed.path)
     if scheme in ("s3", "s3a"):

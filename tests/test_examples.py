@@ -108,3 +108,18 @@ def test_tour_notebook_runs(tmp_path):
     assert "before: base table rows 0 | tail rows 25000" in out
     assert "after:  base table rows 25000 | tail rows 0" in out
     assert number_after(out, "whole table (view=table):") == 25_000
+
+
+def test_quickstart_ends_with_next_steps_and_no_secret():
+    spec = importlib.util.spec_from_file_location("quickstart", EXAMPLES / "quickstart.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "print(next_steps(uri, storage))" in (EXAMPLES / "quickstart.py").read_text()
+    text = module.next_steps("/tmp/demo.lance", {})
+    for step in ("memwal inspect /tmp/demo.lance", "memwal compact /tmp/demo.lance",
+                 "memwal tail /tmp/demo.lance <shard>", "README.md"):
+        assert step in text, text
+    s3 = module.next_steps("s3://b/t.lance", {"storage.aws_endpoint": "http://127.0.0.1:1",
+                                              "storage.aws_secret_access_key": "SECRET-xyz"})
+    assert "--storage aws_endpoint=http://127.0.0.1:1" in s3
+    assert "SECRET-xyz" not in s3 and "AWS_SECRET_ACCESS_KEY" in s3

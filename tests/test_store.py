@@ -343,3 +343,39 @@ def test_s3_credentials_from_the_aws_chain(s3_server, s3_bucket, tmp_path, monke
     assert store.data_client() == "obstore"
     store.put_if_absent("k", b"v")
     assert store.get("k") == b"v" and list(store.list("")) == ["k"]
+
+
+def test_local_path_is_one_plain_absolute_path(tmp_path, monkeypatch):
+    from memwal_datasource.store import local_path
+
+    spaced = tmp_path / "a b" / "t.lance"
+    assert local_path(spaced.as_uri()) == str(spaced)  # %20 decoded, as Lance decodes it
+    assert local_path(str(spaced)) == str(spaced)
+    assert local_path("file://localhost" + str(spaced)) == str(spaced)
+    monkeypatch.chdir(tmp_path)
+    assert local_path("rel/t.lance") == str(tmp_path / "rel" / "t.lance")
+    assert local_path("s3://b/t.lance") is None and local_path("memory://x") is None
+    assert open_store(spaced.as_uri()).root == open_store(str(spaced)).root == str(spaced)
+    with pytest.raises(UnsupportedStoreError) as err:
+        local_path("file://tmp/t.lance")
+    assert str(err.value).startswith("write file:///tmp/t.lance (three slashes) or a plain path")
+
+
+@pytest.mark.s3
+def test_missing_s3_credentials_are_named(s3_server, s3_bucket, tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # A timeout no other test uses: boto3 clients are cached per options, and a
+    # cached one would hold credentials another test's environment supplied.
+    store = open_store(f"s3://{s3_bucket}/t.lance",
+                       {"aws_endpoint": s3_server.endpoint, "aws_region": s3_server.region,
+                        "allow_http": "true", "s3_connect_timeout_s": "7.25"})
+    with pytest.raises(StoreAuthError) as err:
+        store.check_bucket()
+    first = str(err.value).split(": ", 1)[0]
+    assert first.startswith("Set storage.aws_access_key_id and storage.aws_secret_access_key")
+    assert "AWS_ACCESS_KEY_ID" in first and "cannot reach" not in str(err.value)

@@ -23,6 +23,7 @@ from .errors import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_RETRY,
     EXIT_USAGE,
     CliError,
     CliGroup,
@@ -44,7 +45,8 @@ from .survey import (
 from .wal_tail import tail
 
 __all__ = [
-    "EXIT_CODES", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "SENTINEL_SCAN_LIMIT",
+    "EXIT_CODES", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_RETRY", "EXIT_USAGE",
+    "SENTINEL_SCAN_LIMIT",
     "TABLE_MARKERS", "CliError", "ShardInfo", "StoredLog", "format_value", "human_size",
     "json_opt", "local_time", "main", "open_table", "record_json", "resolve_shard", "run",
     "shard_info", "short", "short_ids", "status_name", "storage_opt", "stored_records",
@@ -67,5 +69,14 @@ for _command in (shards, manifest, tail, commits, inspect, compact, gc, options)
 
 
 def run() -> None:
-    """Console-script entry point (errors are already one line with an exit code)."""
+    """Console-script entry point (errors are already one line with an exit code).
+
+    The CLI is an application, so it configures logging: the library's warnings
+    (a damaged hint file skipped, ...) go to stderr as ``memwal: WARNING: ...``.
+    """
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("memwal: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     main(prog_name="memwal")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -13,20 +14,25 @@ from ..errors import (
     StoreAuthError,
     StoreNotFoundError,
     UnsupportedStoreError,
+    without_native_locations,
 )
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
+EXIT_RETRY = 4
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_ERROR: "runtime or storage error (store unreachable, credentials, damaged file)",
     EXIT_USAGE: "usage error (bad argument, option, shard id or URI)",
     EXIT_NOT_FOUND: "not found: no memwal table at the path, or no such shard",
+    EXIT_RETRY: "lost a harmless race with a live writer: run the command again",
 }
 # Where ``--storage`` leaves the secret values that no message may show.
 SECRETS_KEY = "memwal.secrets"
+# Set (in the context's shared meta) when a command was given ``--json``.
+JSON_KEY = "memwal.json"
 EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
 
 
@@ -34,8 +40,19 @@ class CliError(click.ClickException):
     """A one-line error with its exit code (see :data:`EXIT_CODES`)."""
 
     def __init__(self, message: str, exit_code: int = EXIT_ERROR):
-        super().__init__(" ".join(_scrub(message).split()))
+        super().__init__(" ".join(_scrub(without_native_locations(message)).split()))
         self.exit_code = exit_code
+        ctx = click.get_current_context(silent=True)
+        self.as_json = bool(ctx is not None and ctx.meta.get(JSON_KEY))
+
+    def show(self, file=None) -> None:
+        """One line on stderr: ``Error: ...``, or with ``--json`` a JSON object."""
+        if not self.as_json:
+            super().show(file)
+            return
+        click.echo(json.dumps({"error": self.format_message(), "exit_code": self.exit_code,
+                               "meaning": EXIT_CODES.get(self.exit_code, "")}),
+                   file=file, err=file is None)
 
 
 def _scrub(text: str) -> str:
@@ -78,6 +95,9 @@ class CliGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except CliError as exc:
+            exc.as_json = exc.as_json or bool(ctx.meta.get(JSON_KEY))
+            raise
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except BrokenPipeError:
@@ -86,4 +106,6 @@ class CliGroup(click.Group):
         except Exception as exc:  # noqa: BLE001 - every error becomes one line
             if os.environ.get("MEMWAL_DEBUG"):
                 raise
-            raise _translate(exc) from None
+            error = _translate(exc)
+            error.as_json = bool(ctx.meta.get(JSON_KEY))
+            raise error from None

@@ -85,8 +85,9 @@ def manifest(uri: str, shard: str, as_json: bool, storage: dict[str, str]) -> No
             "wal_entry_position_last_seen": m.wal_entry_position_last_seen,
             "current_generation": m.current_generation, "shard_spec_id": m.shard_spec_id,
             "sstables": [asdict(s) for s in m.sstables],
-            "shard_field_entries": [{"field_id": f, "value_hex": v.hex()}
-                                    for f, v in m.shard_field_entries]}
+            "shard_field_entries": [{"field_id": f, "value": value, "value_hex": v.hex()}
+                                    for f, v, value in _field_values(uri, storage,
+                                                                     m.shard_field_entries)]}
     if as_json:
         emit_json(body)
         return
@@ -100,8 +101,35 @@ def manifest(uri: str, shard: str, as_json: bool, storage: dict[str, str]) -> No
                               f"{s.path} ({s.physical_rows} rows, "
                               f"{human_size(s.in_memory_bytes)} in memory)"))
     for entry in body["shard_field_entries"]:
-        table.add_row(*cells(f"shard field {entry['field_id']}", entry["value_hex"]))
+        value = entry["value"]
+        table.add_row(*cells(f"shard field {entry['field_id']}",
+                             f"0x{entry['value_hex']}" if value is None else value))
     new_console().print(table)
+
+
+def _field_values(uri: str, storage: dict[str, str],
+                  entries: list[tuple[str, bytes]]) -> list[tuple[str, bytes, object]]:
+    """Each ``(field id, raw bytes, value)``: a bucket number as an integer, a string as
+    text, decoded by the table's sharding spec (value ``None`` when it cannot be read)."""
+    if not entries:
+        return []
+    spec = None
+    try:
+        import lance
+
+        from ..sharding import table_sharding
+
+        spec = table_sharding(lance.dataset(uri, storage_options=lance_storage_options(storage)))
+    except Exception:  # noqa: BLE001 - the raw bytes are still shown
+        spec = None
+    out = []
+    for field_id, raw in entries:
+        value = None
+        if spec is not None and spec.recorded and spec.field_id == field_id:
+            decoded = spec.decode_value(raw)
+            value = None if isinstance(decoded, bytes) else decoded
+        out.append((field_id, raw, value))
+    return out
 
 
 @table_command

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import click
 
-from .errors import EPILOG
+from .errors import EPILOG, EXIT_RETRY, CliError
 from .params import json_opt, open_table, storage_opt
 from .render import emit_json, human_size, new_console
 
@@ -104,16 +104,24 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from ..errors import Fenced
     from ..gc import collect
     from ..table import MemWalTable
 
     open_table(uri, storage)
-    with Progress(TextColumn("deleting"), BarColumn(), MofNCompleteColumn(),
-                  console=new_console(), disable=as_json or dry_run, transient=True) as bar:
-        task = bar.add_task("gc", total=None)
-        done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
-                       retain_manifest_versions=retain_manifest_versions, dry_run=dry_run,
-                       progress=lambda i, n: bar.update(task, completed=i, total=n))
+    try:
+        with Progress(TextColumn("deleting"), BarColumn(), MofNCompleteColumn(),
+                      console=new_console(), disable=as_json or dry_run, transient=True) as bar:
+            task = bar.add_task("gc", total=None)
+            done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
+                           retain_manifest_versions=retain_manifest_versions, dry_run=dry_run,
+                           progress=lambda i, n: bar.update(task, completed=i, total=n))
+    except Fenced as exc:
+        # gc skips a shard a live writer claims while it fences; this is a claim racing
+        # it elsewhere (a manifest update): nothing was deleted, a re-run retries.
+        raise CliError(f"Run gc again: a live writer claimed shard {exc.shard_id} (epoch "
+                       f"{exc.stored_epoch}) while gc was fencing it, a harmless race; nothing "
+                       "was deleted and the writer goes on.", EXIT_RETRY) from None
     groups = {"wal_entries": [i for s in done.shards for i in s.entries],
               "commit_records": done.records, "manifest_versions": done.manifests,
               "round_files": done.rounds}

@@ -14,7 +14,7 @@ from ..format import MEM_WAL_DIR
 from ..manifest import list_shards
 from ..options import secret_values
 from ..store import LocalStore, ObjectStore, open_store
-from .errors import EXIT_NOT_FOUND, EXIT_USAGE, SECRETS_KEY, CliError
+from .errors import EXIT_NOT_FOUND, EXIT_USAGE, JSON_KEY, SECRETS_KEY, CliError
 
 # What makes a directory a memwal table: a Lance dataset, or a MemWAL of ours.
 TABLE_MARKERS = ("_versions", MEM_WAL_DIR, COMMITS_DIR)
@@ -39,8 +39,16 @@ def _storage(ctx: click.Context, _param: click.Parameter,
 storage_opt = click.option("--storage", "-s", multiple=True, metavar="KEY=VALUE",
                            callback=_storage,
                            help="storage option (Lance names, e.g. aws_endpoint=http://...)")
-json_opt = click.option("--json", "as_json", is_flag=True,
-                        help="machine-readable JSON (stable keys, raw numbers)")
+def _json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """Remember ``--json`` so an error is printed as a JSON object too."""
+    if value:
+        ctx.meta[JSON_KEY] = True
+    return value
+
+
+json_opt = click.option("--json", "as_json", is_flag=True, callback=_json, is_eager=True,
+                        help="machine-readable JSON (stable keys, raw numbers; errors are "
+                             "one JSON object on stderr)")
 
 
 def open_table(uri: str, storage: dict[str, str]) -> ObjectStore:

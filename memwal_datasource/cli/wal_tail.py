@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..format import WalEntry
 from ..wal import WalTailer
-from .errors import EPILOG
+from .errors import EPILOG, EXIT_USAGE, CliError
 from .params import json_opt, open_table, resolve_shard, storage_opt
 from .render import cells, format_value, human_size, json_default, new_console, new_table
 
@@ -46,11 +46,14 @@ def _print_entry(console: Console, position: int, entry: WalEntry, rows: int) ->
         console.print(Text(f"({data.num_rows - rows} more rows; --rows N shows more)"))
 
 
-@click.command(epilog=EPILOG)
+@click.command(epilog=EPILOG, short_help="Print a shard's last WAL entries, like tail.")
 @click.argument("uri", metavar="PATH")
 @click.argument("shard")
 @click.option("--from", "start", type=click.IntRange(min=1), default=None,
-              help="first position (default: the first in the WAL)")
+              help="first position (default: the last --entries entries)")
+@click.option("--entries", "-n", "last", type=click.IntRange(min=1), default=10,
+              show_default=True, help="start this many entries before the WAL tip, like tail")
+@click.option("--from-start", is_flag=True, help="start at the first entry in the WAL")
 @click.option("--rows", type=click.IntRange(min=0), default=3, show_default=True,
               help="rows to show per entry")
 @click.option("--follow", "-f", is_flag=True, help="keep polling for new entries (Ctrl-C stops)")
@@ -58,9 +61,12 @@ def _print_entry(console: Console, position: int, entry: WalEntry, rows: int) ->
               help="poll interval with --follow (seconds)")
 @json_opt
 @storage_opt
-def tail(uri: str, shard: str, start: int | None, rows: int, follow: bool, interval: float,
-         as_json: bool, storage: dict[str, str]) -> None:
-    """Print a shard's WAL entries (fence sentinels marked).
+def tail(uri: str, shard: str, start: int | None, last: int, from_start: bool, rows: int,
+         follow: bool, interval: float, as_json: bool, storage: dict[str, str]) -> None:
+    """Print a shard's last WAL entries (fence sentinels marked), like tail.
+
+    By default the last 10 entries (--entries N); --from-start prints the whole
+    WAL and --from P starts at position P.
 
     With --json, one JSON object per line per entry (position, writer_epoch,
     generation, sentinel, rows, bytes, sample).
@@ -68,7 +74,15 @@ def tail(uri: str, shard: str, start: int | None, rows: int, follow: bool, inter
     store = open_table(uri, storage)
     shard = resolve_shard(store, uri, shard)
     tailer = WalTailer(store, shard)
-    pos = start if start is not None else tailer.first_position()
+    if start is not None and from_start:
+        raise CliError("give --from or --from-start, not both", EXIT_USAGE)
+    first = tailer.first_position()
+    if start is not None:
+        pos = start
+    elif from_start:
+        pos = first
+    else:
+        pos = max(first, tailer.next_position() - last)
     console = new_console()
     shown = 0
     try:

@@ -126,9 +126,6 @@ def compact(spark, path: str, storage_options: Mapping[str, str] | None = None, 
     (see the module doc for what runs where); safe against concurrent and
     crashed compactors of either kind. Logs a line per round and a summary.
     """
-    from .writer import _ensure_visible_logging
-
-    _ensure_visible_logging()
     opts = dict(storage_options or {})
     table = MemWalTable(path, opts)
     t0 = time.perf_counter()

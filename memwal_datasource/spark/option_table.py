@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from difflib import get_close_matches
 
 from ..config import RANGES, ShardWriterConfig
 from ..errors import ConfigError
@@ -144,18 +145,42 @@ def options_for(scopes: tuple[str, ...]) -> dict[str, Option]:
     return {o.key: o for o in OPTIONS if set(o.scopes) & set(scopes)}
 
 
+# Storage option names people pass without Spark's ``storage.`` prefix.
+_STORAGE_STARTS = ("aws_", "azure_", "google_", "gcs_", "s3_")
+_STORAGE_NAMES = frozenset({"endpoint", "region", "allow_http", "access_key_id",
+                            "secret_access_key", "session_token"})
+
+
+def suggestion(key: str, allowed: Mapping[str, Option]) -> str | None:
+    """The option ``key`` was probably meant to be (difflib), or ``None``."""
+    if key.startswith(_STORAGE_STARTS) or key in _STORAGE_NAMES:
+        return f"{STORAGE_PREFIX}{key}"
+    squashed = {k.replace("_", ""): k for k in allowed}
+    close = (get_close_matches(key, list(allowed), n=1, cutoff=0.75)
+             or [squashed[m] for m in get_close_matches(key.replace("_", ""), list(squashed),
+                                                       n=1, cutoff=0.75)])
+    return allowed[close[0]].name if close else None
+
+
 def check_known(options: Mapping[str, str], scopes: tuple[str, ...], what: str) -> None:
-    """Refuse a key no scope in ``scopes`` accepts, listing the allowed ones."""
+    """Refuse a key no scope in ``scopes`` accepts: suggest the close one, or say where
+    the key belongs, or where the option list is."""
     allowed = options_for(scopes)
     for key in options:
         if key.startswith(STORAGE_PREFIX) or key in allowed or key in SPARK_KEYS:
             continue
-        hint = ""
         if key in BY_KEY:
-            hint = f" (it is a {' / '.join(BY_KEY[key].scopes)} option)"
+            raise ConfigError(
+                f"unknown {what} option '{key}' (it is a {' / '.join(BY_KEY[key].scopes)} "
+                f"option); drop it from this {what}")
+        close = suggestion(key, allowed)
+        if close:
+            raise ConfigError(f"unknown {what} option '{key}': did you mean '{close}'? "
+                              "(`memwal options` lists every option)")
         raise ConfigError(
-            f"unknown {what} option '{key}'{hint}; allowed: {', '.join(sorted(allowed))}, or "
-            f"'{STORAGE_PREFIX}<name>' for storage options (e.g. storage.aws_endpoint)")
+            f"unknown {what} option '{key}': see `memwal options` (or the README's option "
+            f"table) for the {what} options, or use '{STORAGE_PREFIX}<name>' for a storage "
+            "option (e.g. storage.aws_endpoint)")
 
 
 def flag(options: Mapping[str, str], name: str) -> bool:

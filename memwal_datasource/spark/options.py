@@ -8,12 +8,10 @@ that names the option and what is allowed.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from urllib.parse import urlparse
 
 from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
@@ -22,6 +20,7 @@ from ..leases import DEFAULT_TTL_S
 from ..native import check_native_config
 from ..options import normalize, redact
 from ..sharding import Sharding, ShardingRequest
+from ..store import local_path
 from .option_table import (
     DEFAULT_LEASE_WAIT_S,
     READS,
@@ -66,10 +65,9 @@ def table_path(options: Mapping[str, str]) -> str:
             "spark.read.format('memwal').load('<table uri>').createOrReplaceTempView('<name>') "
             f"(got options {sorted(options)})")
     path = path.rstrip("/") or "/"
-    scheme = urlparse(path).scheme
-    if len(scheme) <= 1:  # no scheme (or a Windows drive letter): a local path
-        path = os.path.abspath(path)
-    return path
+    # A local path or file:// URI becomes one plain absolute path, given to our
+    # store and to pylance alike (see store.local_path).
+    return local_path(path) or path
 
 
 def _seconds(options: Mapping[str, str], name: str, default: float, zero_ok: bool) -> float:

@@ -14,10 +14,14 @@ Spark's socket may sit at addresses pylance's native writer cannot import
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -25,9 +29,11 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from .. import sharding
-from ..commit import OVERWRITE, Txn, stream_app_id
-from ..errors import ConfigError
-from ..store import open_store
+from ..commit import COMMITS_DIR, OVERWRITE, Txn, stream_app_id
+from ..errors import ConfigError, MemWalError, without_native_locations
+from ..format import MEM_WAL_DIR
+from ..options import scrub_url
+from ..store import ObjectStore, open_store
 from ..table import (
     ROW_KEY,
     data_schema,
@@ -38,6 +44,7 @@ from ..table import (
     without_row_key,
 )
 from .deletes import prepare_delete
+from .interpreter import check_python_workers
 from .options import ReadOptions, WriteOptions
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
 from .stream import MemWalStreamReader, refuse_unsupported
@@ -53,6 +60,10 @@ RESERVED_COLUMNS = {
     TOMBSTONE: "it marks deleted rows in the MemWAL format",
     ROW_KEY: "compaction adds it to tables without a primary key as their hidden row key",
 }
+
+
+# What marks a location as a table of ours: a Lance dataset or a MemWAL.
+TABLE_DIRS = ("_versions", MEM_WAL_DIR, COMMITS_DIR)
 
 
 # --- types ------------------------------------------------------------------
@@ -149,10 +160,49 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, realign: bool) -> pa.Recor
     return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)) if changed else batch
 
 
+def check_no_null_keys(batch: pa.RecordBatch, schema: pa.Schema) -> None:
+    """Refuse a batch with a null in a non-nullable (primary key) column, naming it.
+
+    Spark marks most columns nullable, so only the data can tell; this runs in
+    the task on every batch before the shard writer sees it (nothing of the
+    batch is written, and the job commits nothing).
+    """
+    for f in schema:
+        if f.nullable or f.name not in batch.schema.names:
+            continue
+        nulls = batch.column(f.name).null_count
+        if nulls:
+            raise ConfigError(
+                f"Primary key column '{f.name}' must not be null: drop or fill those rows "
+                f"before writing (e.g. df.na.drop(subset=['{f.name}'])); a batch had {nulls} "
+                "null(s), and the job commits nothing.")
+
+
 def _conformed(batches: Iterator[pa.RecordBatch], schema: pa.Schema,
                realign: bool) -> Iterator[pa.RecordBatch]:
     for batch in batches:
+        check_no_null_keys(batch, schema)
         yield conform(batch, schema, realign)
+
+
+# --- errors -----------------------------------------------------------------
+
+def without_native_paths(fn):
+    """``fn`` whose exceptions carry no Rust source locations (pylance appends
+    ``.../rust/lance/src/....rs:L:C`` to its messages); the exception itself,
+    its type and traceback are kept."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            text = str(exc)
+            if ".rs:" in text and len(exc.args) <= 1:
+                clean = without_native_locations(text)
+                if clean != text:
+                    exc.args = (clean,)
+            raise
+    return wrapper
 
 
 # --- writers ----------------------------------------------------------------
@@ -160,9 +210,65 @@ def _conformed(batches: Iterator[pa.RecordBatch], schema: pa.Schema,
 class SparkBatchWriter(MemWalBatchWriter):
     """:class:`MemWalBatchWriter` fed batches through :func:`conform`."""
 
+    @without_native_paths
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return super().write(_conformed(iterator, self.schema,
                                         self.opts.config.enable_memtable))
+
+
+# Where each stream with an explicit query_id marks itself live (one file per checkpoint).
+STREAMS_DIR = "_memwal_streams"
+# A mark this recent is a live stream's (streams renew it every micro-batch).
+STREAM_LIVE_S = 600.0
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """A stream's claim on its explicit ``query_id``, renewed every micro-batch.
+
+    Two streams with one ``query_id`` would each skip the other's micro-batches
+    as already committed (a batch commits once per query id and batch id), so
+    half their rows would silently vanish. Each stream therefore writes
+    ``_memwal_streams/<query>/<checkpoint>.json`` and fails, naming
+    ``query_id``, while another checkpoint's mark is younger than
+    :data:`STREAM_LIVE_S`; the loser removes its own mark.
+    """
+
+    query_id: str
+    checkpoint: str
+
+    @property
+    def folder(self) -> str:
+        return f"{STREAMS_DIR}/{uuid.uuid5(uuid.NAMESPACE_URL, self.query_id)}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.folder}/{checkpoint_query_id(self.checkpoint)}.json"
+
+    def renew(self, store: ObjectStore, now_ms: int | None = None) -> None:
+        """Mark this stream live, then fail if another live stream has the same query id."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        store.put(self.key, json.dumps({"query_id": self.query_id,
+                                        "checkpoint": scrub_url(self.checkpoint),
+                                        "seen_ms": now}).encode())
+        for key in store.list(self.folder + "/"):
+            if key == self.key:
+                continue
+            try:
+                other = json.loads(store.get(key))
+                age_s = (now - int(other["seen_ms"])) / 1000
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                continue
+            if age_s < STREAM_LIVE_S:
+                store.delete(self.key)
+                raise ConfigError(
+                    f"Give each stream its own query_id, or leave option 'query_id' unset "
+                    f"(the checkpoint location then identifies the stream): query_id "
+                    f"'{self.query_id}' is in use by another live stream (checkpoint "
+                    f"{other.get('checkpoint')}, last micro-batch {age_s:.0f}s ago), and two "
+                    "streams with one query_id would each skip the other's micro-batches as "
+                    f"already committed. If that stream has stopped, start this one after "
+                    f"{STREAM_LIVE_S - age_s:.0f}s or delete {store.describe(key)}.")
 
 
 class SparkStreamWriter(MemWalStreamWriter):
@@ -174,11 +280,17 @@ class SparkStreamWriter(MemWalStreamWriter):
     a replayed batch commits once. Spark itself refuses ``update`` mode.
     """
 
+    @without_native_paths
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return super().write(_conformed(iterator, self.schema,
                                         self.opts.config.enable_memtable))
 
+    mark: StreamMark | None = None
+
+    @without_native_paths
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
+        if self.mark is not None:  # another stream took the query id since planning?
+            self.mark.renew(open_store(self.opts.path, self.opts.storage))
         if not self.overwrite:
             super().commit(messages, batchId)
             return
@@ -210,12 +322,75 @@ def checkpoint_query_id(location: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, canonical))
 
 
-def _check_store(path: str, storage: dict[str, str]) -> None:
-    """Fail on the driver when the bucket (or container) is missing or credentials are wrong."""
+def _hashable_key(t: pa.DataType) -> bool:
+    """A type Lance's MemWAL can hash as a primary key (pylance 14: its error lists them)."""
+    return (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def check_key_types(schema: pa.Schema, primary_key: tuple[str, ...]) -> None:
+    """Refuse, before the table is made, a primary key column Lance cannot hash."""
+    for name in primary_key:
+        if name in schema.names and not _hashable_key(schema.field(name).type):
+            t = schema.field(name).type
+            raise ConfigError(
+                f"Cast primary key column '{name}' to a supported key type (integer, boolean, "
+                f"string or binary), e.g. .withColumn('{name}', col('{name}').cast('string')), "
+                f"or pick another key with option 'primary_key': '{name}' is {t}, which "
+                "Lance's MemWAL cannot use as a primary key.")
+
+
+def _check_store(path: str, storage: dict[str, str]) -> ObjectStore:
+    """The table's store; fails on the driver when the bucket is missing or credentials
+    are wrong or missing."""
     store = open_store(path, storage)
     check = getattr(store, "check_bucket", None)  # S3, GCS and Azure stores
     if check is not None:
         check()
+    return store
+
+
+def _refuse_foreign_directory(path: str, store: ObjectStore) -> None:
+    """Refuse to create a table where something that is not one already lives."""
+    if any(d in TABLE_DIRS or d.startswith("_memwal") for d in store.list_dirs("")):
+        return  # a table (or a MemWAL) of ours, part-made: creating completes it
+    found = next(iter(store.list("")), None)
+    if found is not None:
+        raise ConfigError(
+            f"Save to an empty or new path, or to an existing Lance table: {path} is not "
+            f"empty and is not a Lance table (it holds {found}), so the memwal format will "
+            "not write its files into it.")
+
+
+def open_for_read(path: str, storage: dict[str, str]):
+    """The Lance dataset to read, with errors that say what to do.
+
+    The store is checked first, so rejected or missing S3 credentials are
+    reported as such, not as a missing table.
+    """
+    _check_store(path, storage)
+    try:
+        return open_table(path, storage)
+    except MemWalError as exc:
+        text = without_native_locations(str(exc))
+        if "was not found" in text:
+            raise ConfigError(
+                f"no memwal table at {path}: write to it first (df.write.format('memwal')"
+                f".save('{path}') creates it), or check the path") from None
+        raise MemWalError(text) from None
+
+
+def refuse_without_mem_wal(path: str, storage: dict[str, str], ds) -> None:
+    """A WAL-tail read of a plain Lance table (no MemWAL) fails instead of returning 0 rows."""
+    if ds.mem_wal_index_details() is not None:
+        return
+    if set(open_store(path, storage).list_dirs("")) & {MEM_WAL_DIR, COMMITS_DIR}:
+        return
+    raise ConfigError(
+        f"Read it with option view=table (the whole table), or write to it once through "
+        f"df.write.format('memwal') to start its MemWAL: the Lance table at {path} has no "
+        "MemWAL, so the WAL tail this read returns by default (view=tail) would be empty.")
 
 
 def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
@@ -223,7 +398,7 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     if opts.delete:
         return prepare_delete(opts, spark_schema)
     incoming = table_schema_for(spark_schema)
-    _check_store(opts.path, opts.storage)
+    store = _check_store(opts.path, opts.storage)
     if table_exists(opts.path, opts.storage):
         # Compaction's hidden key (tables without a primary key) is never written.
         table = without_row_key(open_table(opts.path, opts.storage).schema)
@@ -237,6 +412,8 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
         return table
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
+    _refuse_foreign_directory(opts.path, store)
+    check_key_types(incoming, opts.primary_key)
     created = sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
                                     opts.shard_by).schema
     return without_row_key(created)  # a table without a primary key is created with it
@@ -247,11 +424,15 @@ class MemWalDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """``memwal``. In the driver (``spark.dataSource.register`` asks for the name)
+        this first checks that Spark's Python workers run an interpreter with this
+        package (:func:`~memwal_datasource.spark.interpreter.check_python_workers`)."""
+        check_python_workers()
         return "memwal"
 
     def _read_opts(self) -> tuple[ReadOptions, pa.Schema]:
         opts = ReadOptions.parse(dict(self.options))
-        table = without_row_key(open_table(opts.path, opts.storage).schema)
+        table = without_row_key(open_for_read(opts.path, opts.storage).schema)
         if opts.metadata_columns:
             taken = [f.name for f in METADATA_FIELDS if f.name != TOMBSTONE
                      and f.name in table.names]
@@ -260,12 +441,14 @@ class MemWalDataSource(DataSource):
                                   f"table at {opts.path} already has; read without it")
         return opts, table
 
+    @without_native_paths
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         opts, table = self._read_opts()
         return from_arrow_schema(output_schema(table, opts.metadata_columns))
 
+    @without_native_paths
     def reader(self, schema: StructType) -> MemWalBatchReader:
         opts, table = self._read_opts()
         if opts.stream_start is not None:
@@ -273,25 +456,38 @@ class MemWalDataSource(DataSource):
                         if k in {o.lower() for o in dict(self.options)})
             raise ConfigError(f"option '{name}' applies to spark.readStream only; a batch read "
                               "takes 'starting_positions' / 'ending_positions' per shard")
+        if opts.view == "tail":
+            refuse_without_mem_wal(opts.path, opts.storage, open_table(opts.path, opts.storage))
         return MemWalBatchReader(opts, table)
 
+    @without_native_paths
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802
         opts, table = self._read_opts()
         refuse_unsupported(opts)
         return MemWalStreamReader(opts, table)
 
+    @without_native_paths
     def writer(self, schema: StructType, overwrite: bool) -> MemWalBatchWriter:
         opts = WriteOptions.parse(dict(self.options))
         return SparkBatchWriter(opts, prepare_table(opts, schema), overwrite)
 
+    @without_native_paths
     def streamWriter(self, schema: StructType, overwrite: bool) -> MemWalStreamWriter:  # noqa: N802
         raw = {k.lower(): v for k, v in dict(self.options).items()}
         query_id = raw.get("query_id")
+        location = raw.get("checkpointlocation")
+        mark = None
         if not query_id:
-            location = raw.get("checkpointlocation")
             if not location:
                 raise ConfigError("a memwal stream sink needs option 'checkpointLocation' (or "
                                   "'query_id') to commit each micro-batch exactly once")
             query_id = checkpoint_query_id(location)
+        elif location:
+            mark = StreamMark(query_id, location)
         opts = WriteOptions.parse(raw)
-        return SparkStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)
+        writer = SparkStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)
+        if mark is not None:
+            # Spark plans a writer per micro-batch: the mark is renewed (and checked) each time.
+            mark.renew(open_store(opts.path, opts.storage))
+            writer.mark = mark
+        return writer

@@ -208,7 +208,9 @@ def test_ordinary_mistakes_get_one_line_and_an_exit_code(table):
     one_line_error(invoke("shards", "hdfs://nn/t.lance"), EXIT_USAGE,
                    "unsupported storage scheme")
     one_line_error(invoke("shards", "s3:///t.lance"), EXIT_USAGE, "has no bucket")
-    one_line_error(invoke("compact", uri), EXIT_ERROR, "no Lance table")
+    out = invoke("compact", uri)
+    one_line_error(out, EXIT_ERROR, "no Lance table")
+    assert ".rs:" not in out.stderr and "rust/" not in out.stderr  # pylance's source paths
     # A damaged commit record is a runtime error, named, in one line.
     store.put(record_key(2), b"{not json")
     one_line_error(invoke("commits", uri), EXIT_ERROR, "commit record", "is corrupt")
@@ -381,3 +383,87 @@ def test_compact_dry_run_plans_a_table_without_primary_key(location):
     out = invoke("compact", uri, "--max-records-per-round", "2", columns=200)
     assert out.exit_code == 0 and "2 round(s), 6 rows merged" in out.stdout, out.output
     assert sorted(lance.dataset(uri).to_table().column("id").to_pylist()) == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_gc_losing_a_race_to_a_live_writer_says_run_it_again(location):
+    from memwal_datasource import hooks
+    from memwal_datasource.cli import EXIT_RETRY
+    from memwal_datasource.compact import compact
+    from memwal_datasource.table import MemWalTable
+
+    uri, opts, store = pk_table_with_commits(location, 2)
+    compact(MemWalTable(uri, opts))
+    before = sorted(store.list(""))
+    raced = []
+
+    def live_writer_claims(shard, epoch, **_):  # right after gc's fence sentinel lands
+        if not raced:
+            raced.append(epoch)
+            WalAppender.open(store, shard)  # a live writer reopens: a newer epoch
+
+    remove = hooks.register("open.sentinel", live_writer_claims)
+    try:
+        out = invoke("gc", uri, "--retain-hours", "0")
+    finally:
+        remove()
+    assert raced
+    one_line_error(out, EXIT_RETRY, "Run gc again: a live writer claimed shard",
+                   "nothing was deleted")
+    assert "check the path" not in out.stderr
+    gone = [k for k in before if not store.exists(k)]
+    assert gone == []  # nothing collected
+    out = invoke("gc", uri, "--retain-hours", "0")  # the re-run collects
+    assert out.exit_code == 0, out.output
+    assert "lost a harmless race" in invoke("--help").output
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_json_errors_are_json_objects(table, tmp_path):
+    uri, _, store = table
+    out = invoke("shards", str(tmp_path / "missing.lance"), "--json")
+    assert out.exit_code == EXIT_NOT_FOUND and out.stdout == ""
+    body = json.loads(out.stderr)
+    assert body["exit_code"] == EXIT_NOT_FOUND and "no memwal table at" in body["error"]
+    store.put(record_key(2), b"{not json")
+    body = json.loads(invoke("commits", uri, "--json").stderr)
+    assert body["exit_code"] == EXIT_ERROR and "is corrupt" in body["error"]
+    # Without --json, the same error is the usual one line.
+    assert invoke("commits", uri).stderr.startswith("Error: ")
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_tail_starts_at_the_last_entries_unless_from_start(table):
+    uri, _, store = table
+    app = WalAppender.open(store, SHARD)  # epoch 3: a sentinel at 3, entries 4..15
+    for i in range(12):
+        app.append(SCHEMA, [batch([100 + i])])
+    positions = [json.loads(line)["position"] for line in
+                 invoke("tail", uri, SHARD, "--json").stdout.splitlines()]
+    assert positions == list(range(6, 16))  # the last 10, like tail
+    positions = [json.loads(line)["position"] for line in
+                 invoke("tail", uri, SHARD, "--json", "-n", "3").stdout.splitlines()]
+    assert positions == [13, 14, 15]
+    positions = [json.loads(line)["position"] for line in
+                 invoke("tail", uri, SHARD, "--json", "--from-start").stdout.splitlines()]
+    assert positions == list(range(1, 16))
+    one_line_error(invoke("tail", uri, SHARD, "--from", "2", "--from-start"), EXIT_USAGE,
+                   "not both")
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_manifest_shows_a_bucket_value_as_an_integer(location):
+    from memwal_datasource import sharding
+
+    uri, opts = location
+    ds = sharding.create_table(uri, SCHEMA, ["id"], opts,
+                               sharding.ShardingRequest(bucket_column="id", num_buckets=16))
+    spec = sharding.table_sharding(ds)
+    store = open_store(uri, opts)
+    sharding.initialize_shard(store, spec, SHARD, 11)
+    body = json.loads(invoke("manifest", uri, SHARD, "--json").stdout)
+    (entry,) = body["shard_field_entries"]
+    assert entry["value"] == 11 and entry["value_hex"] == "0b000000"
+    out = invoke("manifest", uri, SHARD)
+    assert re.search(rf"shard field {entry['field_id']}\s+11\s*$", out.stdout, re.M), out.stdout
+    assert "0b000000" not in out.stdout

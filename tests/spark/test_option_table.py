@@ -34,8 +34,22 @@ def test_every_declared_option_is_accepted_and_every_other_refused(tmp_path, sco
             _parse(scopes, {"path": path, key: "x"})
         except ConfigError as exc:  # a bad value, never an unknown key
             assert "unknown" not in str(exc), (key, exc)
-    with pytest.raises(ConfigError, match="unknown .* option 'no_such_option'; allowed: "):
+    with pytest.raises(ConfigError, match="unknown .* option 'no_such_option': see `memwal "
+                       "options`"):
         _parse(scopes, {"path": path, "no_such_option": "1"})
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("enable_memtabel", "enable_memtable"), ("enablememtable", "enable_memtable"),
+    ("primarykey", "primary_key"), ("max_wal_buffer_sise", "max_wal_buffer_size"),
+    ("aws_endpoint", "storage.aws_endpoint"), ("txn_app_id", "txnAppId"),
+])
+def test_a_misspelt_option_suggests_the_close_one(tmp_path, typed, meant):
+    with pytest.raises(ConfigError) as err:
+        WriteOptions.parse({"path": str(tmp_path / "t"), typed: "x"})
+    first = str(err.value).split("? ", 1)[0] + "?"
+    assert first == f"unknown write option '{typed}': did you mean '{meant}'?"
+    assert len(str(err.value)) < 200  # one suggestion, not the whole list
 
 
 def test_an_option_of_the_other_scope_says_where_it_belongs(tmp_path):

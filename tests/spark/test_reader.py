@@ -119,7 +119,8 @@ def test_bad_read_options_fail_on_driver(spark, tmp_path):
         spark.read.format("memwal").option("isolation", "dirty").load(uri).collect()
     with pytest.raises(Exception, match="unknown read option 'bogus'"):
         spark.read.format("memwal").option("bogus", "1").load(uri).collect()
-    with pytest.raises(Exception, match="no Lance table at"):
+    with pytest.raises(Exception, match=f"no memwal table at {tmp_path}/missing.lance: "
+                       "write to it first"):
         spark.read.format("memwal").load(str(tmp_path / "missing.lance")).collect()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pyspark.sql.utils import AnalysisException
 
@@ -75,7 +77,7 @@ def test_null_in_primary_key_fails_naming_column(spark, spark_location):
     uri, opts = spark_location
     write(frame(spark, 0, 5, 1), uri, opts, enable_memtable="false", primary_key="id")
     with_null = spark.range(0, 5).selectExpr("if(id = 3, null, id) as id", "'x' as v")
-    with pytest.raises(Exception, match="column 'id' is not nullable"):
+    with pytest.raises(Exception, match="Primary key column 'id' must not be null"):
         write(with_null, uri, opts, enable_memtable="false")
     assert read(spark, uri, opts).count() == 5
 
@@ -170,3 +172,126 @@ def test_stream_start_option_parsing():
                         "set one of options 'starting_commit' and 'starting_timestamp'")]:
         with pytest.raises(ConfigError, match=match):
             ReadOptions.parse({"path": "p", **bad})
+
+
+def our_message(exc: BaseException) -> str:
+    """Our error's message out of the Java/Python traceback Spark wraps it in."""
+    import re
+
+    found = re.findall(r"memwal_datasource\.errors\.\w+: (.*)", str(exc))
+    assert found, str(exc)[-2000:]
+    return found[-1]
+
+
+def first_sentence(message: str) -> str:
+    return message.split(": ", 1)[0].split(". ", 1)[0]
+
+
+@pytest.mark.parametrize("written, read_as", [("uri", "path"), ("path", "uri")])
+def test_a_path_with_a_space_is_one_table(spark, tmp_path, written, read_as):
+    table = tmp_path / "a b" / "t.lance"
+    as_ = {"uri": table.as_uri(), "path": str(table)}  # file:///.../a%20b/t.lance
+    write(frame(spark, 0, 30, 2), as_[written], {})
+    write(frame(spark, 30, 30, 2), as_[read_as], {})
+    assert sorted(r.id for r in read(spark, as_[read_as], {}).collect()) == list(range(60))
+    assert sorted(r.id for r in read(spark, as_[written], {}).collect()) == list(range(60))
+    assert sorted(os.listdir(tmp_path)) == ["a b"]  # no second 'a%20b' directory
+    assert sorted(os.listdir(tmp_path / "a b")) == ["t.lance"]
+
+
+def test_saving_into_a_directory_that_is_not_a_lance_table_is_refused(spark, tmp_path):
+    target = tmp_path / "events"
+    frame(spark, 0, 10, 1).write.parquet(str(target))
+    before = sorted(os.listdir(target))
+    with pytest.raises(AnalysisException) as err:
+        write(frame(spark, 0, 10, 1), str(target), {})
+    message = our_message(err.value)
+    assert first_sentence(message) == ("Save to an empty or new path, or to an existing Lance "
+                                       "table")
+    assert f"{target} is not empty and is not a Lance table" in message
+    assert sorted(os.listdir(target)) == before
+
+
+def test_reading_a_missing_table_names_the_absolute_path(spark, tmp_path):
+    with pytest.raises(AnalysisException) as err:
+        spark.read.format("memwal").load(str(tmp_path / "missing.lance")).collect()
+    message = our_message(err.value)
+    # Lance's own message drops the leading '/'; ours keeps the path as given.
+    assert message.startswith(f"no memwal table at {tmp_path}/missing.lance: write to it first")
+    assert str(tmp_path).startswith("/")
+    assert "rust/" not in message and ".rs:" not in str(err.value).split("memwal_datasource")[-1]
+
+
+def test_reading_a_plain_lance_table_says_it_has_no_memwal(spark, tmp_path):
+    import lance
+    import pyarrow as pa
+
+    uri = str(tmp_path / "plain.lance")
+    lance.write_dataset(pa.table({"id": pa.array([1, 2], pa.int64())}), uri)
+    with pytest.raises(AnalysisException) as err:
+        spark.read.format("memwal").load(uri).collect()
+    message = our_message(err.value)
+    assert first_sentence(message).startswith("Read it with option view=table")
+    assert "write to it once through df.write.format('memwal')" in first_sentence(message)
+    assert f"the Lance table at {uri} has no MemWAL" in message
+    assert sorted(r.id for r in spark.read.format("memwal").option("view", "table")
+                  .load(uri).collect()) == [1, 2]
+
+
+def test_reading_with_a_wrong_secret_says_the_credentials_were_rejected(spark, s3_table):
+    uri, base = s3_table
+    opts = {f"storage.{k}": v for k, v in base.items()}
+    write(frame(spark, 0, 5, 1), uri, opts)
+    bad = dict(opts, **{"storage.aws_secret_access_key": "wrong-secret-value"})
+    with pytest.raises(AnalysisException) as err:
+        read(spark, uri, bad).collect()
+    assert "rejected the credentials" in our_message(err.value)
+    assert "no memwal table" not in str(err.value)
+    assert "wrong-secret-value" not in str(err.value)
+
+
+def test_a_date_primary_key_is_refused_naming_the_supported_types(spark, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    df = spark.sql("select date_add(date'2024-01-01', cast(id as int)) as d, id as v "
+                   "from range(3)")
+    with pytest.raises(AnalysisException) as err:
+        write(df, uri, {}, primary_key="d")
+    message = our_message(err.value)
+    assert first_sentence(message).startswith(
+        "Cast primary key column 'd' to a supported key type (integer, boolean, string or "
+        "binary)")
+    assert "option 'primary_key'" in message and "rust/" not in message
+    assert not os.path.exists(uri)
+
+
+@pytest.mark.parametrize("memtable", ["true", "false"])
+def test_a_null_primary_key_names_the_column(spark, tmp_path, memtable):
+    uri = str(tmp_path / "t.lance")
+    df = spark.sql("select if(id = 3, null, id) as id, cast(id as string) as v from range(6)")
+    with pytest.raises(Exception) as err:
+        write(df.coalesce(1), uri, {}, primary_key="id", enable_memtable=memtable)
+    message = our_message(err.value)
+    assert first_sentence(message) == "Primary key column 'id' must not be null"
+    assert "drop or fill those rows" in message
+    assert read(spark, uri, {}).count() == 0  # nothing committed
+
+
+def test_native_source_locations_are_stripped_from_errors():
+    from memwal_datasource.errors import Fenced
+    from memwal_datasource.spark.source import without_native_paths
+
+    native = ("Invalid user input: Primary key column 'd' has unsupported type Date32, "
+              "/home/runner/work/lance/lance/rust/lance/src/dataset/mem_wal/scanner/exec/pk.rs"
+              ":72:24, /home/runner/work/lance/lance/rust/lance-table/src/io/commit.rs:653:26")
+
+    @without_native_paths
+    def fails(exc):
+        raise exc
+
+    with pytest.raises(OSError) as err:
+        fails(OSError(native))
+    assert str(err.value) == "Invalid user input: Primary key column 'd' has unsupported type " \
+                             "Date32"
+    with pytest.raises(Fenced) as err:  # our own types keep their type and fields
+        fails(Fenced("s", 1, 2, native))
+    assert ".rs:" not in str(err.value) and err.value.stored_epoch == 2

@@ -441,3 +441,42 @@ def test_new_stream_after_compaction_and_garbage_collection(tmp_path):
                                   SCHEMA)
         with pytest.raises(ConfigError, match="were compacted and garbage-collected"):
             late.initialOffset()
+
+
+def test_two_live_streams_with_one_query_id_fail_naming_it(tmp_path):
+    import json as _json
+    import time as _time
+
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from memwal_datasource import MemWalDataSource
+    from memwal_datasource.errors import ConfigError
+    from memwal_datasource.spark.source import STREAM_LIVE_S, StreamMark
+
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    uri = str(tmp_path / "t.lance")
+
+    def plan(ck):  # what Spark does before every micro-batch of a stream
+        return MemWalDataSource({"path": uri, "query_id": "q-shared",
+                                 "checkpointlocation": str(tmp_path / ck)}
+                                ).streamWriter(schema, False)
+
+    first = plan("ck1")
+    with pytest.raises(ConfigError) as err:
+        plan("ck2")
+    message = str(err.value)
+    assert message.split(": ", 1)[0].startswith("Give each stream its own query_id")
+    assert "query_id 'q-shared' is in use by another live stream" in message
+    assert str(tmp_path / "ck1") in message
+    plan("ck1")  # the first stream goes on (the second removed its mark)
+    store = open_store(uri, {})
+    # A stream that took the query id after this one planned fails this one's commit.
+    other = StreamMark("q-shared", str(tmp_path / "ck3"))
+    store.put(other.key, _json.dumps({"checkpoint": "ck3",
+                                      "seen_ms": int(_time.time() * 1000)}).encode())
+    with pytest.raises(ConfigError, match="query_id 'q-shared' is in use"):
+        first.commit([], 0)
+    assert list(CommitLog(store).records()) == []
+    # A stopped stream's mark expires.
+    StreamMark("q-shared", str(tmp_path / "ck2")).renew(
+        store, now_ms=int((_time.time() + STREAM_LIVE_S + 1) * 1000))
