@@ -348,6 +348,8 @@ class ShardTurns:
         for chunk in self.spill.read(shard, self.opts.config.max_wal_buffer_size):
             self.held[shard].check()
             writer.put(chunk)
+        hooks.point("turn.written", shard=shard, epoch=writer.epoch, job_id=self.holder.job_id,
+                    partition=self.holder.partition, attempt=self.holder.attempt)
         self._close(shard)
 
     # -- leases and failures ---------------------------------------------------------------

@@ -247,7 +247,8 @@ class _PoolShard:
 
 
 def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-               job: TaskJob | None = None) -> MemWalCommitMessage:
+               job: TaskJob | None = None, partition: int | None = None,
+               attempt: int | None = None) -> MemWalCommitMessage:
     """Stream one task's batches into its shard(s); runs on an executor.
 
     Without a sharding spec the task leases a free shard of its writer group
@@ -255,13 +256,15 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
     one, each row goes to the shard of its sharding value, and the task takes
     turns with the job's other tasks on shards they share
     (:class:`~memwal_datasource.spark.shard_turns.ShardTurns`). ``job`` names
-    the job in the leases (a job of its own if not given).
+    the job in the leases (a job of its own if not given); ``partition`` and
+    ``attempt`` default to Spark's task context's (0 outside a task).
     """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    pid = ctx.partitionId() if ctx else 0
-    attempt = ctx.attemptNumber() if ctx else 0
+    pid = partition if partition is not None else ctx.partitionId() if ctx else 0
+    if attempt is None:
+        attempt = ctx.attemptNumber() if ctx else 0
     job = job or TaskJob.new()
     holder = Holder(job.job_id, pid, attempt, label=job.label, job_started_ms=job.started_ms)
     leases = Leases(open_store(opts.path, opts.storage), ttl_s=opts.lease_ttl_s)
