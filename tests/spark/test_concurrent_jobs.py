@@ -67,7 +67,8 @@ def _gate(point, port):
         event = json.dumps({"point": point, "pid": os.getpid(), **context}, default=str)
         with socket.create_connection(("127.0.0.1", port), timeout=300) as conn:
             conn.sendall(event.encode() + b"\\n")
-            conn.recv(1)  # the test's go (or its closing the connection)
+            if conn.recv(1) == b"x":  # the test's fail (else its go, or closing)
+                raise RuntimeError(f"injected failure at {point}")
     return hook
 
 
@@ -97,7 +98,7 @@ class WorkerGates:
 
     Every other hit is answered at once. :meth:`next` returns the next event of
     a point (failing after :data:`EVENT_TIMEOUT_S`), :meth:`release` answers a
-    held one.
+    held one, :meth:`fail` makes its hook raise.
     """
 
     def __init__(self, points: list[str], hold: set[str]):
@@ -133,12 +134,16 @@ class WorkerGates:
         except queue.Empty:
             raise AssertionError(f"no Spark task reached {point}") from None
 
-    def release(self, point: str) -> None:
+    def release(self, point: str, reply: bytes = b"g") -> None:
         with self._lock:
             conns = self._held.pop(point, [])
         for conn in conns:
-            conn.sendall(b"g")
+            conn.sendall(reply)
             conn.close()
+
+    def fail(self, point: str) -> None:
+        """Answer a held point by making its hook raise (the task fails there)."""
+        self.release(point, b"x")
 
     def close(self) -> None:
         with self._lock:
