@@ -32,7 +32,13 @@ from memwal_datasource.sharding import create_table as create_sharded
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
+from memwal_datasource.table import (
+    MemWalTable,
+    data_schema,
+    open_table,
+    read_table,
+    without_row_key,
+)
 from tests.spark.test_concurrent_jobs import EVENT_TIMEOUT_S, finish, in_thread, worker_gates
 from tests.spark.test_sharding import BUCKETED, shards_of_keys
 from tests.spark.test_writer import _Gate, write
@@ -115,7 +121,7 @@ def test_unprepared_job_with_a_failed_turn_and_a_concurrent_job(spark, tmp_path,
     try:
         assert paused["attempt"] == 0
         b_writer = MemWalBatchWriter(WriteOptions.parse({"path": uri, **mem}),
-                                     read_table(uri).schema, overwrite=False)
+                                     without_row_key(open_table(uri).schema), overwrite=False)
         waiting = threading.Event()
 
         def b_waits(**context):
@@ -126,7 +132,7 @@ def test_unprepared_job_with_a_failed_turn_and_a_concurrent_job(spark, tmp_path,
         b_keys = list(range(10_000, 10_200))
         b_batch = pa.record_batch([pa.array(b_keys, pa.int64()),
                                    pa.array([f"b-{k}" for k in b_keys])],
-                                  schema=b_writer.schema)
+                                  schema=data_schema(b_writer.schema))
         job_b, out_b = in_thread(spark, write_task, b_writer.opts, b_writer.schema,
                                  iter([b_batch]), b_writer.job)
         assert waiting.wait(EVENT_TIMEOUT_S), "job B did not wait for job A's shard"
