@@ -28,8 +28,10 @@ Rules for a lease that is live for another holder (not released, and
   another shard while it waits, or two siblings could wait for each other.
 * another job: not available. :meth:`Leases.acquire` waits up to
   ``wait_s``, then raises :class:`LeaseHeld` naming the holder. Its
-  ``may_wait`` predicate lets a caller refuse to wait for a given holder (the
-  Spark writer's wait-die rule: see :meth:`Holder.precedes`).
+  ``may_wait`` predicate lets a caller refuse to wait for a given holder: a
+  caller that waits while holding other shards needs wait-die there (see
+  :meth:`Holder.precedes`). The Spark writer never waits while it holds a
+  shard (``spark/shard_turns.py``), so no cycle of waits can form at all.
 
 Clocks: ``expires_ms`` is set from the writer's clock and compared with the
 reader's. The TTL must be well above the clock skew between hosts, and above
