@@ -46,6 +46,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,7 +66,8 @@ from .options import WriteOptions
 
 log = logging.getLogger("memwal_datasource")
 
-SPILL_BUFFER = 256 << 10  # write buffer per spill file
+SPILL_BUFFER = 256 << 10  # write buffer per open spill file
+SPILL_OPEN_FILES = 64  # open spill files per task, at most
 
 
 @dataclass
@@ -123,62 +125,73 @@ def spill_root(partition: int) -> str | None:
 
 
 class SpillFiles:
-    """Rows waiting for a shard: one Arrow IPC stream file per shard, on executor-local disk.
+    """Rows waiting for a shard, in Arrow IPC stream files on executor-local disk.
 
     The directory is made at the first spilled row and deleted by
     :meth:`close` (the task's end, success or not). Rows are written as they
-    come (a small write buffer per file) and read back batch by batch.
+    come and read back batch by batch. At most :data:`SPILL_OPEN_FILES` files
+    are open at once (a table may have 1,024 buckets): a shard whose file was
+    closed to make room continues in a new segment file, read after the
+    earlier ones, so memory (a small write buffer per open file) and file
+    descriptors stay bounded.
     """
 
     def __init__(self, schema: pa.Schema, partition: int = 0):
         self.schema = schema
         self.partition = partition
         self.dir: str | None = None
-        self._open: dict[str, tuple[Any, Any]] = {}  # shard -> (buffered sink, IPC writer)
+        self._open: OrderedDict[str, tuple[Any, Any]] = OrderedDict()  # LRU: sink, writer
+        self._segments: dict[str, list[str]] = {}
         self.rows: dict[str, int] = {}
         self.bytes = 0
 
     def __contains__(self, shard: str) -> bool:
         return shard in self.rows
 
-    def _path(self, shard: str) -> str:
-        assert self.dir is not None
-        return os.path.join(self.dir, f"{shard}.arrows")
-
     def add(self, shard: str, batch: pa.RecordBatch) -> None:
-        """Append ``batch`` (of :attr:`schema`) to ``shard``'s file."""
-        if shard not in self._open:
+        """Append ``batch`` (of :attr:`schema`) to ``shard``'s rows."""
+        if shard in self._open:
+            self._open.move_to_end(shard)
+        else:
             if self.dir is None:
                 self.dir = tempfile.mkdtemp(prefix="memwal-spill-",
                                             dir=spill_root(self.partition))
-            sink = pa.BufferedOutputStream(pa.OSFile(self._path(shard), "wb"), SPILL_BUFFER)
+            if len(self._open) >= SPILL_OPEN_FILES:
+                self._close_file(next(iter(self._open)))
+            segments = self._segments.setdefault(shard, [])
+            segments.append(os.path.join(self.dir, f"{shard}.{len(segments)}.arrows"))
+            sink = pa.BufferedOutputStream(pa.OSFile(segments[-1], "wb"), SPILL_BUFFER)
             self._open[shard] = (sink, pa.ipc.new_stream(sink, self.schema))
             self.rows.setdefault(shard, 0)
         self._open[shard][1].write_batch(batch)
         self.rows[shard] += batch.num_rows
         self.bytes += batch.get_total_buffer_size()
 
+    def _close_file(self, shard: str) -> None:
+        sink, writer = self._open.pop(shard)
+        writer.close()
+        sink.close()
+
     def shards(self) -> list[str]:
         """Shards with spilled rows."""
         return list(self.rows)
 
     def read(self, shard: str, chunk_bytes: int) -> Iterator[list[pa.RecordBatch]]:
-        """``shard``'s rows in order, in chunks of about ``chunk_bytes``; deletes the file."""
-        sink, writer = self._open.pop(shard)
-        writer.close()
-        sink.close()
-        path = self._path(shard)
-        with pa.OSFile(path) as f:
-            chunk, size = [], 0
-            for batch in pa.ipc.open_stream(f):
-                chunk.append(batch)
-                size += batch.get_total_buffer_size()
-                if size >= chunk_bytes:
-                    yield chunk
-                    chunk, size = [], 0
-            if chunk:
-                yield chunk
-        os.remove(path)
+        """``shard``'s rows in order, in chunks of about ``chunk_bytes``; deletes its files."""
+        if shard in self._open:
+            self._close_file(shard)
+        chunk, size = [], 0
+        for path in self._segments.pop(shard):
+            with pa.OSFile(path) as f:
+                for batch in pa.ipc.open_stream(f):
+                    chunk.append(batch)
+                    size += batch.get_total_buffer_size()
+                    if size >= chunk_bytes:
+                        yield chunk
+                        chunk, size = [], 0
+            os.remove(path)
+        if chunk:
+            yield chunk
         del self.rows[shard]
 
     def close(self) -> None:

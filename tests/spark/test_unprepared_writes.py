@@ -257,3 +257,20 @@ def test_spill_files_keep_order_and_are_deleted():
     spill.close()
     assert not os.path.exists(root)
     assert stagger(["c", "a", "b"], 4) == ["b", "c", "a"]
+
+
+def test_spill_files_bound_open_files_and_keep_order_across_segments(monkeypatch):
+    from memwal_datasource.spark import shard_turns
+
+    monkeypatch.setattr(shard_turns, "SPILL_OPEN_FILES", 2)
+    schema = pa.schema([("id", pa.int64())])
+    spill = shard_turns.SpillFiles(schema)
+    for i in range(12):  # round-robin over 4 shards: every add past the second evicts
+        spill.add(f"s{i % 4}", pa.record_batch([pa.array([i], pa.int64())], schema=schema))
+        assert len(spill._open) <= 2
+    for k in range(4):
+        got = [v for chunk in spill.read(f"s{k}", 1 << 20) for b in chunk
+               for v in b.column(0).to_pylist()]
+        assert got == [k, k + 4, k + 8]
+    assert os.listdir(spill.dir) == []
+    spill.close()
