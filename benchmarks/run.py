@@ -31,6 +31,7 @@ from . import (
     bench_s3,
     bench_s3_client,
     bench_spark,
+    bench_spark_pk,
     bench_table,
     bench_writer,
 )
@@ -60,6 +61,7 @@ BENCHMARKS: dict[str, Bench] = {
     "spark_write": (bench_spark.bench_spark_write, bench_spark.plot_spark_write),
     "read": (bench_spark.bench_read, bench_spark.plot_read),
     "worker_rss": (bench_spark.bench_worker_rss, bench_spark.plot_worker_rss),
+    "pk_write": (bench_spark_pk.bench_pk_write, bench_spark_pk.plot_pk_write),
     "table_plan": (bench_table.bench_table_plan, bench_table.plot_table_plan),
     "compaction": (bench_table.bench_compaction, bench_table.plot_compaction),
 }

@@ -95,9 +95,9 @@ the WAL-tail read returns every committed row, the whole-table view
 
 Lance keeps all rows of one key in one shard, chosen by the table's sharding
 spec: a new primary-key table gets `bucket(id, 16)`. Spark cannot be told to
-send each bucket to one task, so `partition_for_table` prepares the DataFrame
-(and, with `create_options`, creates the table as the write would); a job in
-which two tasks wrote one bucket is refused and commits nothing."""),
+send each bucket to one task, but any DataFrame works: tasks sharing a bucket
+take turns on its shard. `partition_for_table` is the fast path, one task per
+bucket (and, with `create_options`, it creates the table as the write would)."""),
     ("code", """\
 from memwal_datasource.spark import partition_for_table
 

@@ -70,7 +70,7 @@ def main() -> None:
         df = spark.range(start, start + rows, numPartitions=4).selectExpr(
             "id", "concat('event-', id) AS payload", "id % 7 AS kind")
         t0 = time.perf_counter()
-        # A primary-key table is sharded by bucket(id, 16): one task per bucket.
+        # A primary-key table is sharded by bucket(id, 16): one task per bucket is fastest.
         create = {"primary_key": "id", **storage}  # used when the table is created
         (partition_for_table(df, uri, storage_options=storage, create_options=create)
          .write.format("memwal").mode("append")

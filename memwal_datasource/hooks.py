@@ -18,6 +18,8 @@ Points (keyword arguments passed to hooks):
 * ``native.advanced`` (shard, epoch, position): MemTable mode fenced a shard and moved
   its replay position to ``position``; pylance's writer opens next.
 * ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.
+* ``turn.written`` (shard, epoch, job_id, partition, attempt): a Spark task put the rows
+  that waited for a shard (its turn on it), before closing its writer.
 """
 
 from __future__ import annotations

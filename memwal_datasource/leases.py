@@ -21,12 +21,17 @@ Rules for a lease that is live for another holder (not released, and
 
 * same job and same partition (a retried or speculative attempt): take it
   over. The older attempt is fenced by the newer attempt's epoch claim.
-* same job, other partition: :class:`SiblingHoldsShard`, at once. Two
-  partitions of one job route to one shard.
+* same job, other partition (a sibling task): not available, and worth
+  waiting for: the sibling is running and releases the shard when its turn
+  ends (a dead one's lease expires). :meth:`Leases.acquire` waits for it
+  without counting the time against ``wait_s``. The caller must not hold
+  another shard while it waits, or two siblings could wait for each other.
 * another job: not available. :meth:`Leases.acquire` waits up to
   ``wait_s``, then raises :class:`LeaseHeld` naming the holder. Its
-  ``may_wait`` predicate lets a caller refuse to wait for a given holder (the
-  Spark writer's wait-die rule: see :meth:`Holder.precedes`).
+  ``may_wait`` predicate lets a caller refuse to wait for a given holder: a
+  caller that waits while holding other shards needs wait-die there (see
+  :meth:`Holder.precedes`). The Spark writer never waits while it holds a
+  shard (``spark/shard_turns.py``), so no cycle of waits can form at all.
 
 Clocks: ``expires_ms`` is set from the writer's clock and compared with the
 reader's. The TTL must be well above the clock skew between hosts, and above
@@ -116,19 +121,6 @@ class NoFreeShard(LeaseHeld):
             f"leased by a live writer ({shown}). "
             + (fix or "Use a larger pool (num_shards), fewer concurrent writers, or a longer "
                       "wait"))
-
-
-class SiblingHoldsShard(LeaseError):
-    """Another partition of the same job holds the shard: two partitions route to it."""
-
-    def __init__(self, shard: str, lease: Lease, holder: Holder):
-        self.shard = shard
-        self.lease = lease
-        self.holder = lease.holder
-        super().__init__(
-            f"shard {shard} is held by partition {lease.holder.partition} of the same job "
-            f"{holder.job_id} ({lease.describe()}), so partition {holder.partition} cannot "
-            "write it: two partitions of one job route to one shard")
 
 
 class LeaseLost(LeaseError):
@@ -329,9 +321,9 @@ class Leases:
     def _verdict(self, cur: Lease | None, holder: Holder, now_ms: int) -> str:
         if cur is None or not cur.live(now_ms):
             return "free"
-        if cur.holder.job_id != holder.job_id:
-            return "busy"
-        return "takeover" if cur.holder.partition == holder.partition else "sibling"
+        if cur.holder.job_id == holder.job_id and cur.holder.partition == holder.partition:
+            return "takeover"
+        return "busy"  # another job, or a sibling task of this job
 
     def _try(self, shard: str, holder: Holder) -> tuple[Lease | None, Lease | None]:
         """(our new lease, None) or (None, the live lease that keeps us off)."""
@@ -341,9 +333,6 @@ class Leases:
             verdict = self._verdict(cur, holder, now)
             if verdict == "busy":
                 return None, cur
-            if verdict == "sibling":
-                assert cur is not None
-                raise SiblingHoldsShard(shard, cur, holder)
             if verdict == "takeover":
                 log.info("shard %s: %s takes the lease over from %s (an earlier attempt)",
                          shard, holder.describe(), cur.describe() if cur else "?")
@@ -357,13 +346,20 @@ class Leases:
         raise StoreError(f"shard {shard}: gave up taking a lease after {_MAX_RACES} races")
 
     def try_acquire(self, shard: str, holder: Holder) -> Lease | None:
-        """Take the shard's lease now, or return ``None`` if another live job holds it.
+        """Take the shard's lease now, or return ``None`` if another live holder has it.
 
-        Raises :class:`SiblingHoldsShard` if another partition of the same job
-        holds it. Takes over a lease of the same job and partition (an earlier
-        attempt), and any expired or released lease.
+        See :meth:`try_take`.
         """
-        return self._try(_shard_id(shard), holder)[0]
+        return self.try_take(shard, holder)[0]
+
+    def try_take(self, shard: str, holder: Holder) -> tuple[Lease | None, Lease | None]:
+        """``(our new lease, None)`` now, or ``(None, the live lease that keeps us off)``.
+
+        The blocker is another job's or a sibling task's (same job, other
+        partition). Takes over a lease of the same job and partition (an
+        earlier attempt), and any expired or released lease. Never waits.
+        """
+        return self._try(_shard_id(shard), holder)
 
     def _backoff(self) -> Iterator[float]:
         delay = 0.05
@@ -376,21 +372,32 @@ class Leases:
         """Take the shard's lease; wait up to ``wait_s`` (capped backoff) while another job has it.
 
         Raises :class:`LeaseHeld` (naming the holder, the shard and the wait)
-        when the wait ends, and :class:`SiblingHoldsShard` at once.
-        ``may_wait(blocker)`` is asked before every wait: a non-empty answer
-        (why not, and what to do instead) raises :class:`LeaseHeld` with it
-        at once.
+        when the wait ends. A sibling task's lease (same job, other
+        partition) is waited for without counting against ``wait_s``: the
+        sibling releases it when its turn ends, a dead one's expires. The
+        caller must hold no other shard meanwhile (siblings could otherwise
+        wait for each other). ``may_wait(blocker)`` is asked before every wait
+        for another job: a non-empty answer (why not, and what to do instead)
+        raises :class:`LeaseHeld` with it at once.
         """
         shard = _shard_id(shard)
         start = self.clock()
+        sibling_s = 0.0  # time spent waiting for this job's own tasks: not bounded by wait_s
         for delay in self._backoff():
             lease, blocker = self._try(shard, holder)
             if lease is not None:
                 return lease
-            refusal = may_wait(blocker) if may_wait is not None and blocker is not None else ""
+            assert blocker is not None
+            if blocker.holder.job_id == holder.job_id:
+                self._waiting(shard, holder, blocker, start)
+                t0 = self.clock()
+                self.sleep(delay)
+                sibling_s += self.clock() - t0
+                continue
+            refusal = may_wait(blocker) if may_wait is not None else ""
             if refusal:
                 raise LeaseHeld(shard, blocker, self.clock() - start, fix=refusal)
-            left = start + wait_s - self.clock()
+            left = start + sibling_s + wait_s - self.clock()
             if left <= 0:
                 raise LeaseHeld(shard, blocker, self.clock() - start)
             self._waiting(shard, holder, blocker, start)
@@ -407,7 +414,7 @@ class Leases:
                   wait_s: float = 0.0) -> tuple[str, Lease]:
         """Lease the first shard (in the given preference order) no other live writer holds.
 
-        Shards held by siblings or other jobs are skipped. A shard leased by
+        Shards held by sibling tasks or other jobs are skipped. A shard leased by
         an earlier attempt of this job and partition is taken over. Each shard
         is atomic: of concurrent takers exactly one gets it, and the others
         move on. If every shard is held, it waits up to ``wait_s``, then raises
@@ -420,11 +427,7 @@ class Leases:
         for delay in self._backoff():
             blockers: list[Lease] = []
             for shard in order:
-                try:
-                    lease, blocker = self._try(shard, holder)
-                except SiblingHoldsShard as exc:
-                    blockers.append(exc.lease)
-                    continue
+                lease, blocker = self._try(shard, holder)
                 if lease is not None:
                     return shard, lease
                 if blocker is not None:

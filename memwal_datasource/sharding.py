@@ -413,10 +413,6 @@ def initialize_shard(store: ObjectStore, sharding: Sharding, shard_id: str,
             f"(entries {entries}) there; refusing to mix values in one shard")
 
 
-PARTITION_FIX = ("prepare the DataFrame with memwal_datasource.spark.partition_for_table(df, "
-                 "path) before df.write (with create_options=<the write's options> when the "
-                 "write creates the table), so that each sharding value is written by one task")
-
-
 class ShardConflict(MemWalError):
-    """Two writers of one job (or two jobs) wrote rows of one sharding value's shard."""
+    """Writes to one shard that its fencing order rules out: a newer claim while a task wrote
+    it, or a job whose ranges on one shard overlap or do not rise in epoch."""

@@ -25,7 +25,6 @@ from memwal_datasource.leases import (
     LeaseLost,
     Leases,
     NoFreeShard,
-    SiblingHoldsShard,
 )
 from memwal_datasource.store import MemoryStore, open_store
 from tests.fault_proxy import FaultRule
@@ -149,14 +148,25 @@ def test_same_job_and_partition_takes_over_at_once(any_store, clock):
     assert leases.current(shard) == retry
 
 
-def test_sibling_partition_raises_at_once_without_waiting(any_store, clock):
+def test_a_sibling_partition_is_waited_for_beyond_wait_s_until_it_releases(any_store, clock):
+    """A sibling task (same job, other partition) is running and ends its turn: waiting
+    for it is not bounded by wait_s (another job's holder would be, see below)."""
     leases = leases_on(any_store, clock)
     shard = new_shard()
-    leases.try_acquire(shard, job("J", 0))
-    with pytest.raises(SiblingHoldsShard, match="partition 0 of the same job J") as err:
-        leases.acquire(shard, job("J", 1), wait_s=60)
-    assert err.value.shard == shard and "partition 1" in str(err.value)
-    assert clock.sleeps == []
+    sibling = leases.try_acquire(shard, job("J", 0))
+    lease, blocker = leases.try_take(shard, job("J", 1))
+    assert lease is None and blocker == sibling
+    waits = []
+
+    def sibling_ends_its_turn(**context):
+        waits.append(context["blocker_job_id"])
+        if len(waits) == 6:
+            leases.release(sibling)
+
+    hooks.register("lease.waiting", sibling_ends_its_turn)
+    got = leases.acquire(shard, job("J", 1), wait_s=0.1)
+    assert got.holder.partition == 1 and waits == ["J"] * 6
+    assert sum(clock.sleeps) > 0.1  # past wait_s: only other jobs' time counts
 
 
 def test_renew_extends_the_lease_and_history_stays_small(any_store, clock):

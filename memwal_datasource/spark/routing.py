@@ -2,9 +2,11 @@
 
 Spark's Python writers cannot ask Spark for a distribution, and on a table
 with a sharding spec Lance's rule is one sharding value, one shard, one
-writer. :func:`partition_for_table` repartitions a DataFrame so every
-sharding value lands in exactly one task; the write path refuses a job in
-which two tasks wrote one shard (naming this function as the fix).
+writer at a time. Any DataFrame can be written: tasks sharing a shard take
+turns on it (:mod:`memwal_datasource.spark.shard_turns`), spilling the rows
+that wait to local disk. :func:`partition_for_table` is the fast path: it
+repartitions a DataFrame so every sharding value lands in exactly one task,
+so no task waits or spills.
 """
 
 from __future__ import annotations

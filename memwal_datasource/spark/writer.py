@@ -7,7 +7,10 @@ holds only plain settings; stores, clients and files are created inside
 A task leases each shard (:mod:`memwal_datasource.leases`) before it claims it
 and releases it after closing, so live writers never fence each other; the
 epoch claim still fences any older writer, so a lost lease costs a retry,
-never rows. See :class:`_TaskShards` for which shard a task leases.
+never rows. Without a sharding spec a task writes one shard of its writer
+group's pool (:class:`_PoolShard`); with one, it writes every shard its rows
+select, taking turns with the job's other tasks
+(:mod:`memwal_datasource.spark.shard_turns`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -37,20 +39,17 @@ from ..commit import (
     Txn,
     stream_app_id,
 )
-from ..errors import ConfigError, Fenced
-from ..leases import HeldLease, Holder, Lease, LeaseHeld, Leases, NoFreeShard, SiblingHoldsShard
-from ..sharding import (
-    PARTITION_FIX,
-    ShardConflict,
-    check_requested,
-    initialize_shard,
-    table_sharding,
-)
+from ..errors import ConfigError
+from ..leases import HeldLease, Holder, Leases, NoFreeShard
+from ..sharding import check_requested, table_sharding
 from ..store import open_store
 from ..table import open_table, primary_key_of
-from ..writer import ShardWriter, open_shard_writer
-from .deletes import tombstone_schema, tombstones
+from ..writer import ShardWriter
 from .options import WriteOptions
+from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
+
+__all__ = ["MemWalBatchWriter", "MemWalCommitMessage", "MemWalStreamWriter", "ShardResult",
+           "TaskJob", "commit_job", "write_task"]
 
 log = logging.getLogger("memwal_datasource")
 
@@ -75,29 +74,6 @@ def _ensure_visible_logging() -> None:
     log.addHandler(handler)
     if log.level == logging.NOTSET:
         log.setLevel(logging.INFO)
-
-
-@dataclass
-class ShardResult:
-    """What a task wrote to one shard of a sharded table."""
-
-    shard_id: str
-    epoch: int
-    first_position: int | None
-    last_position: int | None
-    rows: int
-    bytes: int
-    wal_entries: int
-    sstables: list[str] = field(default_factory=list)
-    value: str = ""  # the sharding value, for messages
-
-    def committed_range(self, partition_id: int, attempt: int) -> CommittedRange | None:
-        """The range to list in the commit record (None if nothing was written)."""
-        if self.first_position is None:
-            return None
-        return CommittedRange(self.shard_id, self.epoch, self.first_position,
-                              self.last_position or self.first_position, self.rows, self.bytes,
-                              partition_id, attempt, tuple(self.sstables))
 
 
 @dataclass
@@ -161,78 +137,38 @@ class TaskJob:
         return cls(job_id, f"job {job_id}", int(time.time() * 1000))
 
 
-def _open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,
-                value: Any = None) -> ShardWriter:
-    """Open one shard for this task: the one place a task opens a shard.
+class _PoolShard:
+    """The one shard a task of a table without a sharding spec writes, from its writer group.
 
-    On a sharded table the shard first records its sharding identity (spec id
-    and field entries, as Lance's format defines them).
-    """
-    if opts.sharding is not None:
-        initialize_shard(open_store(opts.path, opts.storage), opts.sharding, shard_id, value)
-    return open_shard_writer(opts.path, shard_id, schema, opts.config, opts.storage)
-
-
-def _close_shards(writers: dict[str, ShardWriter]) -> None:
-    """Close every writer of this task (rows durable); if one fails, abort the others."""
-    pending = list(writers.values())
-    try:
-        while pending:
-            pending[0].close()
-            pending.pop(0)
-    except BaseException:
-        _abort_shards(pending[1:])
-        raise
-
-
-def _abort_shards(writers) -> None:
-    """Abort shard writers after a failure: the one place a task abandons shards."""
-    for w in writers:
-        w.abort()
-
-
-class _TaskShards:
-    """The shards one task writes: each leased before it is opened, released after close.
-
-    Without a sharding spec a task leases a free shard of its writer group's
-    pool: its partition id's slot when free (uncontended jobs reuse the same
-    shards), else the next free slot; with ``num_shards`` it waits for one of
-    those. With a spec each shard is leased when its first row arrives, and
-    jobs take turns by wait-die: a task waits for another job's shard only
-    while it holds no lease or when its job is the older; otherwise it fails
-    at once naming that job, so two jobs never wait on each other.
-
-    Leases are renewed in the background. A lost one (taken after it expired)
-    fails the task before it closes; Spark retries the task.
+    The task leases a free shard of the pool: its partition id's slot when
+    free (uncontended jobs reuse the same shards), else the next free slot;
+    with ``num_shards`` it waits for one of those. The lease is renewed in
+    the background; a lost one (taken after it expired) fails the task
+    before it closes, and Spark retries the task.
     """
 
-    def __init__(self, opts: WriteOptions, job: TaskJob, pid: int, attempt: int):
+    def __init__(self, opts: WriteOptions, holder: Holder, leases: Leases):
         self.opts = opts
-        self.holder = Holder(job.job_id, pid, attempt, label=job.label,
-                             job_started_ms=job.started_ms)
-        self.leases = Leases(open_store(opts.path, opts.storage), ttl_s=opts.lease_ttl_s)
-        self.held: dict[str, HeldLease] = {}
-        self.writers: dict[str, ShardWriter] = {}
-        self.pool: str | None = None  # the shard leased from the pool (no sharding spec)
+        self.holder = holder
+        self.leases = leases
+        self.held: HeldLease | None = None
+        self.writer: ShardWriter | None = None
+        self.shard: str | None = None
         self.lease_s = 0.0
         self.open_s = 0.0
 
-    def open(self, shard: str | None, schema: pa.Schema,
-             value: Any = None) -> tuple[str, ShardWriter]:
-        """Lease ``shard`` (``None``: a free shard of the pool), then open a writer on it."""
+    def open(self, schema: pa.Schema) -> ShardWriter:
+        """Lease a free shard of the pool, then open a writer on it."""
         t0 = time.perf_counter()
-        if shard is None:
-            shard = self.pool = self._lease_from_pool()
-        else:
-            self._lease_routed(shard, value)
+        self.shard = self._lease_from_pool()
         t1 = time.perf_counter()
         self.lease_s += t1 - t0
-        writer = self.writers[shard] = _open_shard(self.opts, shard, schema, value)
+        self.writer = open_shard(self.opts, self.shard, schema)
         self.open_s += time.perf_counter() - t1
-        return shard, writer
+        return self.writer
 
-    def _hold(self, lease: Lease) -> None:
-        self.held[lease.shard] = self.leases.hold(lease)
+    def _hold(self, lease) -> None:
+        self.held = self.leases.hold(lease)
 
     def _lease_from_pool(self) -> str:
         """Lease a shard of the writer group's pool: the partition's slot first."""
@@ -287,157 +223,90 @@ class _TaskShards:
             self._hold(lease)
             return shard
 
-    def _lease_routed(self, shard: str, value: Any) -> None:
-        """Lease one shard of a sharded table, taking turns with other jobs by wait-die."""
-        holder, opts = self.holder, self.opts
-        refused = []
-
-        def may_wait(blocker: Lease) -> str:
-            # Waiting only with no lease held, or for a younger job, keeps every
-            # wait pointing from older to younger jobs: no cycle, no deadlock.
-            if not self.held or holder.precedes(blocker.holder):
-                return ""
-            refused.append(blocker)
-            return (f"This task ({holder.describe()}) already holds {len(self.held)} other "
-                    "shard(s) and its job is younger, so it does not wait: two jobs waiting "
-                    "for each other's shards would deadlock. Jobs on one primary-key table "
-                    f"take turns per shard: run this job after '{_name(blocker)}' finishes")
-
-        try:
-            lease = self.leases.acquire(shard, holder, opts.lease_wait_s, may_wait)
-        except SiblingHoldsShard as exc:
-            raise ShardConflict(f"{exc} (value {value!r}); {PARTITION_FIX}") from exc
-        except LeaseHeld as exc:
-            if refused:
-                raise
-            raise LeaseHeld(shard, exc.lease, exc.waited_s, detail=f"value {value!r}", fix=(
-                "Jobs on one primary-key table take turns per shard: run this job after "
-                f"'{_name(exc.lease)}' finishes, or raise lease_wait_s (now "
-                f"{opts.lease_wait_s:g} s)")) from None
-        self._hold(lease)
-
     def check(self) -> None:
-        """Raise :class:`~memwal_datasource.leases.LeaseLost` if a lease was lost."""
-        for held in self.held.values():
-            held.check()
+        """Raise :class:`~memwal_datasource.leases.LeaseLost` if the lease was lost."""
+        if self.held is not None:
+            self.held.check()
 
     def close(self) -> None:
-        """Check the leases, then close every writer (rows durable)."""
+        """Check the lease, then close the writer (rows durable)."""
         self.check()
-        _close_shards(self.writers)
+        if self.writer is not None:
+            self.writer.close()
 
     def abort(self) -> None:
-        _abort_shards(self.writers.values())
+        if self.writer is not None:
+            self.writer.abort()
 
     def release(self) -> None:
-        """Release every lease (best effort: an unreleased one expires by itself)."""
+        """Release the lease (best effort: an unreleased one expires by itself)."""
         t0 = time.perf_counter()
-        for held in self.held.values():
-            held.release()
+        if self.held is not None:
+            self.held.release()
         self.lease_s += time.perf_counter() - t0
 
 
-def _name(lease: Lease | None) -> str:
-    """The job holding ``lease``, as people know it."""
-    if lease is None:
-        return "the other job"
-    return lease.holder.label or f"job {lease.holder.job_id}"
-
-
 def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-               job: TaskJob | None = None) -> MemWalCommitMessage:
+               job: TaskJob | None = None, partition: int | None = None,
+               attempt: int | None = None) -> MemWalCommitMessage:
     """Stream one task's batches into its shard(s); runs on an executor.
 
     Without a sharding spec the task leases a free shard of its writer group
     before its first row (an empty partition leases and writes nothing). With
-    one, each row goes to the shard of its sharding value, one writer per
-    shard, leased and opened when the first row for it arrives. ``job`` names
-    the job in the leases (a job of its own if not given).
+    one, each row goes to the shard of its sharding value, and the task takes
+    turns with the job's other tasks on shards they share
+    (:class:`~memwal_datasource.spark.shard_turns.ShardTurns`). ``job`` names
+    the job in the leases (a job of its own if not given); ``partition`` and
+    ``attempt`` default to Spark's task context's (0 outside a task).
     """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    pid = ctx.partitionId() if ctx else 0
-    attempt = ctx.attemptNumber() if ctx else 0
-    shards = _TaskShards(opts, job or TaskJob.new(), pid, attempt)
-    keys = tuple(primary_key_of(schema))
-    wschema = tombstone_schema(schema) if opts.delete else schema
-    values: dict[str, Any] = {}
+    pid = partition if partition is not None else ctx.partitionId() if ctx else 0
+    if attempt is None:
+        attempt = ctx.attemptNumber() if ctx else 0
+    job = job or TaskJob.new()
+    holder = Holder(job.job_id, pid, attempt, label=job.label, job_started_ms=job.started_ms)
+    leases = Leases(open_store(opts.path, opts.storage), ttl_s=opts.lease_ttl_s)
     started, t0 = time.time(), time.perf_counter()
+    if opts.sharding is not None:
+        turns = ShardTurns(opts, schema, holder, leases)
+        results = turns.write(batches)
+        setup_s = turns.open_s + turns.lease_s
+        if turns.spilled_rows:
+            log.info("memwal task %d attempt %d: %d rows waited for shards other tasks held "
+                     "(spilled to local disk), written in %d turn(s)", pid, attempt,
+                     turns.spilled_rows, turns.turns)
+        return MemWalCommitMessage(
+            partition_id=pid, attempt=attempt, shard_id=None, epoch=0, first_position=None,
+            last_position=None, rows=sum(r.rows for r in results),
+            bytes=sum(r.bytes for r in results),
+            wal_entries=sum(r.wal_entries for r in results), shards=results,
+            open_s=setup_s, write_s=turns.input_done - t0 - setup_s,
+            close_s=time.perf_counter() - turns.input_done, started=started,
+            lease_s=turns.lease_s)
+    pool = _PoolShard(opts, holder, leases)
     try:
         for batch in batches:
-            shards.check()
-            if opts.sharding is not None:
-                routed = opts.sharding.route(batch)
-            else:  # the pool's shard, leased at the first row
-                routed = {shards.pool: (None, batch)} if batch.num_rows else {}
-            for shard, (value, part) in routed.items():
-                writer = shards.writers.get(shard) if shard is not None else None
-                if writer is None:
-                    shard, writer = shards.open(shard, wschema, value)
-                    values[shard] = value
-                writer.put(tombstones(part, wschema, keys) if opts.delete else part)
+            pool.check()
+            if batch.num_rows:  # the pool's shard, leased at the first row
+                (pool.writer or pool.open(schema)).put(batch)
         t1 = time.perf_counter()
-        shards.close()
-    except Fenced as exc:
-        shards.abort()
-        if opts.sharding is None:
-            raise
-        raise ShardConflict(f"{exc}. A newer writer took this shard over: another attempt of "
-                            f"this task, another job, or another partition of this job holding "
-                            f"rows of the same sharding value; in the last case {PARTITION_FIX}"
-                            ) from exc
+        pool.close()
     except BaseException:
-        shards.abort()
+        pool.abort()
         raise
     finally:
-        shards.release()
-    results = []
-    for shard, writer in shards.writers.items():
-        s = writer.stats()
-        results.append(ShardResult(shard, s.epoch, s.first_wal_position, s.last_wal_position,
-                                   s.rows, s.bytes, s.wal_entries, list(s.sstables),
-                                   repr(values[shard])))
-    setup_s = shards.open_s + shards.lease_s
-    timings = {"open_s": setup_s, "write_s": t1 - t0 - setup_s,
-               "close_s": time.perf_counter() - t1, "started": started,
-               "lease_s": shards.lease_s}
-    if opts.sharding is None and not opts.delete:  # one shard (or none): the flat shape
-        if not results:
-            return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0,
-                                       started=started)
-        (r,) = results
-        return MemWalCommitMessage(pid, attempt, r.shard_id, r.epoch, r.first_position,
-                                   r.last_position, r.rows, r.bytes, r.wal_entries,
-                                   r.sstables, **timings)
-    return MemWalCommitMessage(
-        partition_id=pid, attempt=attempt, shard_id=None, epoch=0, first_position=None,
-        last_position=None, rows=sum(r.rows for r in results),
-        bytes=sum(r.bytes for r in results), wal_entries=sum(r.wal_entries for r in results),
-        shards=results, **timings)
-
-
-def check_one_task_per_shard(opts: WriteOptions, msgs: list[MemWalCommitMessage]) -> None:
-    """Refuse a job in which two partitions wrote one shard of a sharded table.
-
-    Lance's rule is one key, one shard, one writer: two tasks writing one
-    shard fence each other, and the order of their rows would be arbitrary.
-    Nothing is committed, so the table is unchanged.
-    """
-    if opts.sharding is None:
-        return
-    owners: dict[str, dict[int, str]] = {}
-    for m in msgs:
-        for s in m.shards:
-            owners.setdefault(s.shard_id, {})[m.partition_id] = s.value
-    shared = {shard: parts for shard, parts in owners.items() if len(parts) > 1}
-    if shared:
-        shard, parts = sorted(shared.items())[0]
-        raise ShardConflict(
-            f"{len(shared)} shard(s) of the table at {opts.path} (sharded by "
-            f"{opts.sharding.describe()}) were written by more than one task of this job, e.g. "
-            f"shard {shard} (value {next(iter(parts.values()))}) by partitions "
-            f"{sorted(parts)}; {PARTITION_FIX}. Nothing was committed: the table is unchanged")
+        pool.release()
+    if pool.writer is None:
+        return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0, started=started)
+    s = pool.writer.stats()
+    setup_s = pool.open_s + pool.lease_s
+    return MemWalCommitMessage(pid, attempt, pool.shard, s.epoch, s.first_wal_position,
+                               s.last_wal_position, s.rows, s.bytes, s.wal_entries,
+                               list(s.sstables), open_s=setup_s, write_s=t1 - t0 - setup_s,
+                               close_s=time.perf_counter() - t1, started=started,
+                               lease_s=pool.lease_s)
 
 
 def prepare_writer_options(opts: WriteOptions, schema: pa.Schema) -> WriteOptions:
@@ -476,8 +345,8 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     """
     _ensure_visible_logging()
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
-    check_one_task_per_shard(opts, msgs)
-    ranges = [r for m in msgs for r in m.committed_ranges()]
+    # Per shard in WAL order: a later turn's rows win (see shard_turns).
+    ranges = check_job_ranges(opts.path, [r for m in msgs for r in m.committed_ranges()])
     label = f"{kind}{f' batch {batch_id}' if batch_id is not None else ''}"
     if query_id is not None and not ranges and kind == APPEND:
         log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)

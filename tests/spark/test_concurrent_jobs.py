@@ -38,7 +38,7 @@ from memwal_datasource.leases import (
     Leases,
     NoFreeShard,
 )
-from memwal_datasource.sharding import ShardConflict, ShardingRequest, table_sharding
+from memwal_datasource.sharding import ShardingRequest, table_sharding
 from memwal_datasource.sharding import create_table as create_sharded
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
@@ -67,7 +67,8 @@ def _gate(point, port):
         event = json.dumps({"point": point, "pid": os.getpid(), **context}, default=str)
         with socket.create_connection(("127.0.0.1", port), timeout=300) as conn:
             conn.sendall(event.encode() + b"\\n")
-            conn.recv(1)  # the test's go (or its closing the connection)
+            if conn.recv(1) == b"x":  # the test's fail (else its go, or closing)
+                raise RuntimeError(f"injected failure at {point}")
     return hook
 
 
@@ -97,7 +98,7 @@ class WorkerGates:
 
     Every other hit is answered at once. :meth:`next` returns the next event of
     a point (failing after :data:`EVENT_TIMEOUT_S`), :meth:`release` answers a
-    held one.
+    held one, :meth:`fail` makes its hook raise.
     """
 
     def __init__(self, points: list[str], hold: set[str]):
@@ -133,12 +134,16 @@ class WorkerGates:
         except queue.Empty:
             raise AssertionError(f"no Spark task reached {point}") from None
 
-    def release(self, point: str) -> None:
+    def release(self, point: str, reply: bytes = b"g") -> None:
         with self._lock:
             conns = self._held.pop(point, [])
         for conn in conns:
-            conn.sendall(b"g")
+            conn.sendall(reply)
             conn.close()
+
+    def fail(self, point: str) -> None:
+        """Answer a held point by making its hook raise (the task fails there)."""
+        self.release(point, b"x")
 
     def close(self) -> None:
         with self._lock:
@@ -372,19 +377,29 @@ def job(name: str, started_ms: int) -> TaskJob:
     return TaskJob(name, f"job {name}", started_ms)
 
 
-def test_a_younger_task_holding_a_shard_does_not_wait_for_an_older_job(by_tenant):
+def test_a_task_never_waits_while_it_holds_a_shard(by_tenant):
+    """A younger job's task holds 'a' and meets 'b' leased by an older job: it writes and
+    releases 'a' first, then waits for 'b' holding nothing (so no two jobs can wait for
+    each other), and fails after lease_wait_s naming the older job."""
+    from dataclasses import replace
+
     writer, table, shard_of = by_tenant
     leases = Leases(open_store(writer.opts.path, {}))
     older = leases.acquire(shard_of("b"), Holder("old", 3, label="job old", job_started_ms=1))
-    hooks.register("lease.waiting", no_waiting)
+    seen = []
+
+    def waiting(**context):
+        seen.append((context["shard"], leases.current(shard_of("a")).released))
+
+    hooks.register("lease.waiting", waiting)
     with pytest.raises(LeaseHeld) as info:
-        write_task(writer.opts, table, iter([rows([1], "a"), rows([2], "b")]),
-                   job("young", 2))
+        write_task(replace(writer.opts, lease_wait_s=0.2), table,
+                   iter([rows([1], "a"), rows([2], "b")]), job("young", 2))
     text = str(info.value)
     assert f"shard {shard_of('b')} is leased by 'job old' (partition 3" in text
     assert f"{older.holder.host} pid {older.holder.pid}" in text
-    assert "already holds 1 other shard(s)" in text and "run this job after 'job old'" in text
-    assert leases.current(shard_of("a")).released  # the task let its own shard go
+    assert "run this job after 'job old' finishes, or raise lease_wait_s (now 0.2 s)" in text
+    assert seen and all(s == (shard_of("b"), True) for s in seen)  # 'a' released first
     assert read_table(writer.opts.path).num_rows == 0
 
 
@@ -421,11 +436,38 @@ def test_a_holder_that_stays_fails_the_wait_naming_it_and_the_option(by_tenant):
                    job("new", 2))
 
 
-def test_two_partitions_of_one_job_on_one_shard_is_a_shard_conflict(by_tenant):
+def test_two_partitions_of_one_job_take_turns_on_a_shard(by_tenant):
+    """A sibling task (same job, partition 1) holds 'a': partition 0 writes 'b' directly,
+    spills 'a', releases 'b' and waits for its sibling without a bound (lease_wait_s=0
+    bounds only other jobs); the sibling ends its turn, partition 0 takes 'a' with a new
+    epoch. Both tasks' ranges commit, in WAL order, and the later turn's value wins."""
+    from dataclasses import replace
+
     writer, table, shard_of = by_tenant
-    Leases(open_store(writer.opts.path, {})).acquire(shard_of("a"), Holder("j", 1))
-    with pytest.raises(ShardConflict, match="partition 1 of the same job.*partition_for_table"):
-        write_task(writer.opts, table, iter([rows([1], "a")]), job("j", 1))
+    opts = replace(writer.opts, lease_wait_s=0.0)
+    leases = Leases(open_store(opts.path, {}))
+    sibling = write_task(opts, table, iter([rows([1, 2], "a")]), job("j", 1))
+    assert [s.shard_id for s in sibling.shards] == [shard_of("a")]
+    held = leases.acquire(shard_of("a"), Holder("j", 1, label="job j"))  # its next turn
+    waits = []
+
+    def sibling_ends_its_turn(**context):
+        waits.append((context["blocker_job_id"], leases.current(shard_of("b")).released))
+        if len(waits) == 3:
+            leases.release(held)
+
+    hooks.register("lease.waiting", sibling_ends_its_turn)
+    batch = rows([1, 3], "a")
+    later = write_task(opts, table, iter([rows([5], "b"), batch.set_column(
+        2, "v", pa.array(["later", "later"]))]), job("j", 1))
+    assert waits == [("j", True)] * 3
+    assert [s.shard_id for s in later.shards] == [shard_of("b"), shard_of("a")]
+    (first,) = sibling.shards
+    turn = later.shards[1]
+    assert turn.epoch > first.epoch and turn.first_position > first.last_position
+    writer.commit([replace(sibling, partition_id=1), later])
+    got = {r["id"]: r["v"] for r in read_table(opts.path).to_pylist()}
+    assert got == {1: "later", 2: "x", 3: "later", 5: "x"}
 
 
 def test_pool_tasks_lease_around_other_jobs_and_wait_with_num_shards(tmp_path):

@@ -15,10 +15,9 @@ import pytest
 from lance.mem_wal import evaluate_sharding_spec
 from pyspark.sql.functions import spark_partition_id
 
-from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import ConfigError
 from memwal_datasource.manifest import ManifestStore, list_shards
-from memwal_datasource.sharding import DEFAULT_NUM_BUCKETS, ShardConflict, table_sharding
+from memwal_datasource.sharding import DEFAULT_NUM_BUCKETS, table_sharding
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
@@ -74,15 +73,15 @@ def test_default_pk_table_keeps_each_key_in_one_shard(spark, tmp_path):
     assert {r["id"]: r["v"] for r in table} == newest and len(table) == 400
 
 
-def test_default_pk_table_refuses_a_job_splitting_a_key(spark, tmp_path):
-    """Without partition_for_table two tasks write one bucket: refused, nothing committed."""
+def test_default_pk_table_takes_a_job_splitting_a_key(spark, tmp_path):
+    """Without partition_for_table two tasks write one bucket: they take turns, the job
+    commits, every key is read once (LsmScanner and the whole-table read agree)."""
     uri = str(tmp_path / "t.lance")
     write(frame(spark, 0, 40, "a").coalesce(1), uri, {}, primary_key="id", **MEM)
-    records = len(list(CommitLog(open_store(uri)).records()))
-    with pytest.raises(Exception, match="partition_for_table"):
-        write(frame(spark, 0, 200, "b", parts=2), uri, {}, **MEM)
-    assert len(list(CommitLog(open_store(uri)).records())) == records
-    assert {r["v"] for r in read_table(uri).to_pylist()} == {f"a-{i}" for i in range(40)}
+    write(frame(spark, 0, 200, "b", parts=2), uri, {}, **MEM)
+    want = {i: f"b-{i}" for i in range(200)}
+    assert {r["id"]: r["v"] for r in read_table(uri).to_pylist()} == want
+    assert lsm_rows(uri) == want
 
 
 def specless_pk_table(uri: str) -> pa.Schema:
@@ -100,10 +99,10 @@ def batch(schema: pa.Schema, ids, tag: str) -> pa.RecordBatch:
                            schema=schema)
 
 
-def test_specless_pk_table_writes_one_shard_and_the_driver_check_without_spark(tmp_path):
+def test_specless_pk_table_writes_one_shard_and_two_tasks_take_turns_without_spark(tmp_path):
     """write_task and commit called directly (as Spark would): every job's rows go to one
     deterministic shard (spec id 0, no field entries), keys read once and newest; a job
-    whose two tasks wrote it is refused before any record is written."""
+    whose two tasks wrote it in turns commits, the later turn's row winning."""
     uri = str(tmp_path / "t.lance")
     schema = specless_pk_table(uri)
     writer = MemWalBatchWriter(WriteOptions.parse({"path": uri, "enable_memtable": "false"}),
@@ -124,14 +123,11 @@ def test_specless_pk_table_writes_one_shard_and_the_driver_check_without_spark(t
     lance.dataset(uri).mem_wal_writer(shard).close()  # pylance replays our WAL, flushes
     assert lsm_rows(uri) == newest
 
-    records = len(list(CommitLog(store).records()))
     one = write_task(writer.opts, schema, iter([batch(schema, [1], "z")]))
-    other = dataclasses.replace(write_task(writer.opts, schema, iter([batch(schema, [2], "z")])),
+    other = dataclasses.replace(write_task(writer.opts, schema, iter([batch(schema, [1, 2], "y")])),
                                 partition_id=1)
-    with pytest.raises(ShardConflict, match=r"partitions \[0, 1\].*partition_for_table"):
-        writer.commit([one, other])
-    assert len(list(CommitLog(store).records())) == records
-    assert {r["id"]: r["v"] for r in read_table(uri).to_pylist()} == newest
+    writer.commit([other, one])
+    assert {r["id"]: r["v"] for r in read_table(uri).to_pylist()} == newest | {1: "y-1", 2: "y-2"}
 
     # No spec to add, as before: sharding options are refused naming the reason.
     with pytest.raises(ConfigError, match="already has a MemWAL without one"):
@@ -152,15 +148,17 @@ def test_specless_pk_table_from_spark_goes_through_one_partition(spark, tmp_path
     want = {i: f"{'b' if i >= 100 else 'a'}-{i}" for i in range(400)}
     table = read_table(uri).to_pylist()
     assert {r["id"]: r["v"] for r in table} == want and len(table) == 400
-    with pytest.raises(Exception, match="partition_for_table"):
-        write(frame(spark, 0, 50, "c", parts=2), uri, {}, enable_memtable="false")
+    write(frame(spark, 0, 50, "c", parts=2), uri, {}, enable_memtable="false")  # in turns
+    want |= {i: f"c-{i}" for i in range(50)}
+    assert {r["id"]: r["v"] for r in read_table(uri).to_pylist()} == want
+    assert len(list_shards(open_store(uri))) == 1
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_default_pk_table_upserts_from_spread_keys_on_each_store(spark, spark_location):
     """No sharding options, keys spread over every partition, local disk and S3: the table
     gets bucket(id, 16), every key is in one shard, the newest value wins, and a job that
-    skips partition_for_table is refused with the fix and commits nothing."""
+    skips partition_for_table is written too (its tasks take turns per shard)."""
     uri, opts = spark_location
     create = {"primary_key": "id", **MEM}
     write(partition_for_table(frame(spark, 0, 300, "old"), uri, opts, create_options=create),
@@ -173,8 +171,7 @@ def test_default_pk_table_upserts_from_spread_keys_on_each_store(spark, spark_lo
     want = {i: f"old-{i}" for i in range(100)} | {i: f"new-{i}" for i in range(100, 400)}
     rows = read_table(uri, storage_of(opts)).to_pylist()
     assert {r["id"]: r["v"] for r in rows} == want and len(rows) == len(want)
-    records = len(list(CommitLog(open_store(uri, storage_of(opts))).records()))
-    with pytest.raises(Exception, match="partition_for_table"):
-        write(frame(spark, 0, 50, "lost"), uri, opts, **MEM)
-    assert len(list(CommitLog(open_store(uri, storage_of(opts))).records())) == records
+    write(frame(spark, 0, 50, "late"), uri, opts, **MEM)
+    want |= {i: f"late-{i}" for i in range(50)}
+    assert all(len(s) == 1 for s in shards_of_keys(uri, opts).values())
     assert {r["id"]: r["v"] for r in read_table(uri, storage_of(opts)).to_pylist()} == want

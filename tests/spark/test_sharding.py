@@ -1,4 +1,4 @@
-"""Sharded primary-key tables from Spark: routing, upserts, deletes, the one-task-per-shard rule."""
+"""Sharded primary-key tables from Spark: routing, upserts, deletes, tasks taking turns."""
 
 from __future__ import annotations
 
@@ -136,17 +136,19 @@ def test_bucketed_pk_job_upserts_and_deletes_read_once_newest(spark, tmp_path):
     assert {r["id"]: r["v"] for r in base} == live and len(base) == 250
 
 
-def test_one_value_in_two_tasks_is_refused_with_the_fix(spark, tmp_path):
+def test_one_value_in_two_tasks_is_written_in_turns(spark, tmp_path):
+    """An unprepared DataFrame (every bucket in both tasks) is written: the tasks take
+    turns per shard, each key lands in one shard and is read once."""
     uri = str(tmp_path / "t.lance")
     wal = {"enable_memtable": "false"}
-    write(frame(spark, 0, 40, "a").coalesce(1), uri, {}, **wal, **BUCKETED)  # one task: fine
-    before = sorted(read_table(uri).to_pylist(), key=lambda r: r["id"])
-    records = len(list(CommitLog(open_store(uri)).records()))
-    with pytest.raises(Exception, match="partition_for_table") as info:
-        write(frame(spark, 0, 200, "b", parts=2), uri, {}, **wal)
-    assert "memwal_datasource.spark.partition_for_table(df, path)" in str(info.value)
-    assert sorted(read_table(uri).to_pylist(), key=lambda r: r["id"]) == before
-    assert len(list(CommitLog(open_store(uri)).records())) == records
+    write(frame(spark, 0, 40, "a").coalesce(1), uri, {}, **wal, **BUCKETED)
+    write(frame(spark, 0, 200, "b", parts=2), uri, {}, **wal)
+    (rec,) = list(CommitLog(open_store(uri)).records())[-1:]
+    assert {r.task for r in rec.ranges} == {0, 1}
+    assert len(rec.ranges) == 8  # two turns on each of the 4 buckets
+    assert all(len(s) == 1 for s in shards_of_keys(uri, {}).values())
+    table = read_table(uri).to_pylist()
+    assert {r["id"]: r["v"] for r in table} == {i: f"b-{i}" for i in range(200)}
 
 
 @pytest.mark.parametrize("backend", ["s3"])

@@ -248,8 +248,9 @@ def test_sql_temporary_view_reads(spark, spark_location):
 
 def test_identity_sharded_upserts_deletes_and_the_driver_check_without_spark(tmp_path):
     """write_task and commit called directly (as Spark would): rows route by a non-key
-    identity column, deletes carry key + sharding column, and a commit whose messages
-    name one shard from two partitions is refused before any record is written."""
+    identity column, deletes carry key + sharding column; two partitions that wrote one
+    shard in turns commit, and a commit whose ranges break the fencing order (epochs not
+    rising with WAL positions) is refused before any record is written."""
     import dataclasses
 
     from memwal_datasource import sharding
@@ -281,14 +282,21 @@ def test_identity_sharded_upserts_deletes_and_the_driver_check_without_spark(tmp
     deleter.commit([write_task(deleter.opts, table, iter([keys]))])
     assert read_table(uri).to_pylist() == [{"id": 1, "tenant": "a", "v": "y"}]
 
-    records = len(list(CommitLog(open_store(uri, {})).records()))
-    one = write_task(writer.opts, table, iter([rows([7], "a", "z")]))
-    other = dataclasses.replace(write_task(writer.opts, table, iter([rows([8], "a", "z")])),
+    one = write_task(writer.opts, table, iter([rows([7, 1], "a", "z")]))
+    other = dataclasses.replace(write_task(writer.opts, table, iter([rows([1], "a", "w")])),
                                 partition_id=1)
-    with pytest.raises(sharding.ShardConflict, match="partitions \\[0, 1\\].*partition_for_table"):
-        writer.commit([one, other])
+    records = len(list(CommitLog(open_store(uri, {})).records()))
+    (late,) = other.shards
+    bad = dataclasses.replace(other, shards=[dataclasses.replace(late,
+                                                                 epoch=one.shards[0].epoch)])
+    with pytest.raises(sharding.ShardConflict, match=r"^Run the job again \(nothing was "
+                                                     r"committed.*break the fencing order"):
+        writer.commit([one, bad])
     assert len(list(CommitLog(open_store(uri, {})).records())) == records
     assert read_table(uri).to_pylist() == [{"id": 1, "tenant": "a", "v": "y"}]
+    writer.commit([other, one])  # one shard, two tasks: the later turn (WAL order) wins
+    assert sorted(read_table(uri).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "tenant": "a", "v": "w"}, {"id": 7, "tenant": "a", "v": "z"}]
 
 
 @pytest.mark.parametrize("backend", ["local"])
