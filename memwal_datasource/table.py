@@ -19,7 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .commit import CommitLog, CommittedRange
-from .errors import CollectedError, ConfigError, MemWalError, MissingEntryError
+from .errors import (
+    CollectedError,
+    ConfigError,
+    MemWalError,
+    MissingEntryError,
+    without_native_locations,
+)
 from .format import TOMBSTONE, FieldId, ShardManifest, entry_columns, has_field_ids
 from .manifest import ManifestStore, list_shards
 from .options import lance_storage_options
@@ -104,7 +110,7 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None):
     try:
         return lance.dataset(uri, storage_options=lance_storage_options(storage_options))
     except (OSError, ValueError) as exc:
-        raise MemWalError(f"no Lance table at {uri}: {exc}") from None
+        raise MemWalError(f"no Lance table at {uri}: {without_native_locations(exc)}") from None
 
 
 def field_ids(ds) -> dict[str, FieldId]:
@@ -159,7 +165,8 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str] = (),
                                  storage_options=opts)
     except OSError as exc:
         if "already exists" not in str(exc).lower():
-            raise MemWalError(f"cannot create Lance table at {uri}: {exc}") from None
+            raise MemWalError(
+                f"cannot create Lance table at {uri}: {without_native_locations(exc)}") from None
         ds = lance.dataset(uri, storage_options=opts)
     ensure_mem_wal(ds)
     return lance.dataset(uri, storage_options=opts)
@@ -320,7 +327,8 @@ class MemWalTable:
             return lance.dataset(self.uri, version=version,
                                  storage_options=lance_storage_options(self.storage_options))
         except (OSError, ValueError) as exc:
-            raise MemWalError(f"no Lance table at {self.uri}: {exc}") from None
+            raise MemWalError(
+                f"no Lance table at {self.uri}: {without_native_locations(exc)}") from None
 
     def shards(self) -> list[str]:
         """Shard ids under ``_mem_wal/``."""

@@ -167,10 +167,12 @@ def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> p
     # Nullability differs only in the declared schema: the data decides.
     for name, col in zip(expected.names, batch.columns, strict=True):
         if not expected.field(name).nullable and col.null_count:
+            what = ("Primary key column" if (expected.field(name).metadata or {}).get(
+                b"lance-schema:unenforced-primary-key") == b"true" else "Column")
             raise ConfigError(
-                f"shard {shard_id}: column '{name}' is not nullable (a primary key?) but the "
-                f"data has {col.null_count} null(s)"
-            )
+                f"{what} '{name}' must not be null: drop or fill those rows before writing "
+                f"({col.null_count} null(s) in a batch for shard {shard_id}; nothing of that "
+                "batch was written)")
     return cast_columns(batch.columns, expected)
 
 

@@ -11,9 +11,8 @@ PROBE = textwrap.dedent("""
     import logging
     import memwal_datasource
     import memwal_datasource.spark
-    from memwal_datasource.spark import writer
+    from memwal_datasource.spark import writer  # noqa: F401 - the commit path loaded
 
-    writer._ensure_visible_logging()  # the commit path's fallback
     ours = logging.getLogger("memwal_datasource")
     print([type(h).__name__ for h in ours.handlers], logging.getLogger().handlers,
           ours.level)

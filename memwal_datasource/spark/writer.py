@@ -60,22 +60,6 @@ POOL_WINDOWS = 64
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-def _ensure_visible_logging() -> None:
-    """Show our INFO summary lines where nobody configured logging.
-
-    The driver's commit runs in a Python worker Spark starts, where Python
-    logging is unconfigured and INFO lines would be dropped. An application
-    that configures logging (any handler on root or on us) is left alone.
-    """
-    if log.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    log.addHandler(handler)
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.INFO)
-
-
 @dataclass
 class MemWalCommitMessage(WriterCommitMessage):
     """What one task wrote: enough for the driver to commit it.
@@ -343,7 +327,6 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     writes nothing and returns the earlier record. A micro-batch that wrote no
     rows writes no record and returns ``None``.
     """
-    _ensure_visible_logging()
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     # Per shard in WAL order: a later turn's rows win (see shard_turns).
     ranges = check_job_ranges(opts.path, [r for m in msgs for r in m.committed_ranges()])
