@@ -539,7 +539,8 @@ def test_schema_mismatch_names_the_column_and_does_not_poison(location):
                                    "v": pa.array([1], pa.int32())}))
         with pytest.raises(ConfigError, match=r"\['id', 'value'\]"):
             w.put(pa.record_batch({"id": pa.array([1], pa.int64()), "value": ["x"]}))
-        with pytest.raises(ConfigError, match="^Primary key column 'id' must not be null: drop or fill those rows.*1 null"):
+        with pytest.raises(ConfigError,
+                           match="^Column 'id' must not be null: drop or fill those rows.*1 null"):
             w.put(pa.record_batch({"id": pa.array([None], pa.int64()), "v": ["x"]}))
         # Nullable input without nulls fits a non-nullable column.
         w.put(pa.record_batch({"id": pa.array([7], pa.int64()), "v": ["ok"]}))
