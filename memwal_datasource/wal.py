@@ -214,6 +214,11 @@ class WalAppender:
             f"shard {self.shard_id} epoch {self.epoch}: {why}; no acknowledged row is lost: "
             "reopen the writer (it claims a new epoch) and write the unacknowledged rows again"))
 
+    def check_fence(self) -> None:
+        """Raise :class:`Fenced` now if a newer epoch holds the shard (one manifest read)."""
+        self._check_fence()
+        self._last_ok = time.monotonic()
+
     def _check_fence(self) -> None:
         """Raise :class:`Fenced` if a newer epoch holds the shard; poison if we cannot tell."""
         try:

@@ -264,6 +264,13 @@ class WalOnlyShardWriter(ShardWriter):
         self._sync()
         self._raise_if_failed()
 
+    def check_fence(self) -> None:
+        """Raise :class:`Fenced` if a newer epoch took the shard since this writer's
+        last append (a kept writer checks before another task uses it)."""
+        with self._cond:
+            self._raise_if_failed()
+        self._appender.check_fence()
+
     def _backpressure(self, nbytes: int) -> None:
         """Wait (holding the condition) until ``nbytes`` more fit in the queue."""
         limit = self.config.max_unflushed_memtable_bytes

@@ -44,7 +44,8 @@ from ..leases import HeldLease, Holder, Leases, NoFreeShard
 from ..sharding import check_requested, table_sharding
 from ..store import open_store
 from ..table import open_table, primary_key_of
-from ..writer import ShardWriter
+from ..writer import ShardWriter, WriterStats
+from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
 
@@ -140,16 +141,45 @@ class _PoolShard:
         self.shard: str | None = None
         self.lease_s = 0.0
         self.open_s = 0.0
+        # A first attempt on a WAL-only pool may take a writer a previous task of this
+        # process kept (see memwal_datasource.writer_pool); retries always claim anew.
+        self.keepable = (holder.attempt == 0 and not opts.config.enable_memtable
+                         and opts.sharding is None)
+        self.key: tuple | None = None
+        self.before: WriterStats | None = None  # a kept writer's stats when we took it
+        self.kept = False  # given back to the pool at close
 
     def open(self, schema: pa.Schema) -> ShardWriter:
-        """Lease a free shard of the pool, then open a writer on it."""
+        """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
         t0 = time.perf_counter()
+        if self.keepable:
+            self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
+                        tuple(sorted(self.opts.storage.items())), schema.to_string(),
+                        repr(self.opts.config), self.opts.lease_ttl_s)
+            kept = POOL.take(self.key)
+            if kept is not None:
+                self.shard, self.writer, self.held = kept.shard, kept.writer, kept.held
+                self.before = kept.writer.stats()
+                self.open_s += time.perf_counter() - t0
+                return self.writer
         self.shard = self._lease_from_pool()
         t1 = time.perf_counter()
         self.lease_s += t1 - t0
         self.writer = open_shard(self.opts, self.shard, schema)
         self.open_s += time.perf_counter() - t1
         return self.writer
+
+    def stats(self) -> WriterStats:
+        """What this task wrote (a kept writer's counters minus what earlier tasks wrote)."""
+        s = self.writer.stats()
+        b = self.before
+        if b is None:
+            return s
+        first = (b.last_wal_position or 0) + 1 if s.last_wal_position else None
+        return replace(s, rows=s.rows - b.rows, bytes=s.bytes - b.bytes,
+                       wal_entries=s.wal_entries - b.wal_entries,
+                       first_wal_position=first if s.rows > b.rows else None,
+                       last_wal_position=s.last_wal_position if s.rows > b.rows else None)
 
     def _hold(self, lease) -> None:
         self.held = self.leases.hold(lease)
@@ -213,9 +243,18 @@ class _PoolShard:
             self.held.check()
 
     def close(self) -> None:
-        """Check the lease, then close the writer (rows durable)."""
+        """Check the lease, then make the rows durable: keep the writer for the next
+        task of this process where allowed, else close it."""
         self.check()
-        if self.writer is not None:
+        if self.writer is None:
+            return
+        if self.keepable:
+            self.writer.flush()
+            self.writer.check_fence()  # as close() does: a fenced writer reports no success
+            self.check()
+            POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held))
+            self.kept = True
+        else:
             self.writer.close()
 
     def abort(self) -> None:
@@ -223,9 +262,10 @@ class _PoolShard:
             self.writer.abort()
 
     def release(self) -> None:
-        """Release the lease (best effort: an unreleased one expires by itself)."""
+        """Release the lease (best effort: an unreleased one expires by itself); a kept
+        writer keeps it."""
         t0 = time.perf_counter()
-        if self.held is not None:
+        if self.held is not None and not self.kept:
             self.held.release()
         self.lease_s += time.perf_counter() - t0
 
@@ -284,7 +324,7 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
         pool.release()
     if pool.writer is None:
         return MemWalCommitMessage(pid, attempt, None, 0, None, None, 0, 0, 0, started=started)
-    s = pool.writer.stats()
+    s = pool.stats()
     setup_s = pool.open_s + pool.lease_s
     return MemWalCommitMessage(pid, attempt, pool.shard, s.epoch, s.first_wal_position,
                                s.last_wal_position, s.rows, s.bytes, s.wal_entries,

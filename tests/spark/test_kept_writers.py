@@ -1,0 +1,131 @@
+"""Writers kept between tasks (memwal_datasource.writer_pool) through the Spark task path.
+
+Called as Spark's Python worker calls it (``write_task`` in this process, which
+stands for a reused worker): a first attempt takes the writer a previous task
+kept (no lease, claim, sentinel or release written); a retried attempt claims
+anew and fences it; a writer fenced while kept is not reused; commits and
+reads see each job's rows exactly once.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from memwal_datasource.commit import CommitLog
+from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.spark.options import WriteOptions
+from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
+from memwal_datasource.store import open_store
+from memwal_datasource.table import create_table, read_table, without_row_key
+from memwal_datasource.wal import WalAppender
+from memwal_datasource.writer_pool import POOL
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+@pytest.fixture(autouse=True)
+def _empty_pool():
+    POOL.close_all()
+    yield
+    POOL.close_all()
+
+
+def rows(ids) -> pa.RecordBatch:
+    return pa.record_batch([pa.array(ids, pa.int64()), pa.array([f"v{i}" for i in ids])],
+                           schema=SCHEMA)
+
+
+def job_writer(uri, opts):
+    table = without_row_key(create_table(uri, SCHEMA, storage_options=opts).schema)
+    return MemWalBatchWriter(WriteOptions.parse({"path": uri, **{
+        f"storage.{k}": v for k, v in opts.items()}}), table, overwrite=False), table
+
+
+def one_job(writer, table, ids, attempt=0, job=None):
+    msg = write_task(writer.opts, table, iter([rows(ids)]), job or TaskJob.new(), partition=0,
+                     attempt=attempt)
+    writer.commit([msg])
+    return msg
+
+
+def objects(store) -> set[str]:
+    return set(store.list(""))
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_first_attempt_reuses_the_kept_writer_and_writes_only_its_entry(location):
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    store = open_store(uri, opts)
+    first = one_job(writer, table, [1, 2])
+    assert len(POOL) == 1
+    before = objects(store)
+    second = one_job(writer, table, [3])
+    new = objects(store) - before
+    # One WAL entry and the job's commit record: no lease, manifest, hint or sentinel.
+    assert sorted(k.split("/")[0] for k in new) == ["_mem_wal", "_memwal_commits"], new
+    assert (second.shard_id, second.epoch) == (first.shard_id, first.epoch)
+    assert second.first_position == first.last_position + 1
+    assert (second.rows, second.wal_entries) == (1, 1)
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2, 3]
+    ranges = [r for rec in CommitLog(store).records() for r in rec.ranges]
+    assert [(r.first, r.last, r.rows) for r in ranges] == [
+        (first.first_position, first.last_position, 2), (second.first_position,
+                                                         second.last_position, 1)]
+
+
+def test_a_retried_attempt_claims_anew_and_fences_the_kept_writer(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    writer, table = job_writer(uri, {})
+    job = TaskJob.new()
+    first = one_job(writer, table, [1], job=job)
+    retry = one_job(writer, table, [2], attempt=1, job=job)  # the same task, again
+    assert retry.shard_id == first.shard_id and retry.epoch > first.epoch
+    # The writer kept before the retry was fenced by its claim: never reused.
+    again = one_job(writer, table, [3])
+    assert again.epoch >= retry.epoch
+    assert sorted(read_table(uri).column("id").to_pylist()) == [1, 2, 3]
+
+
+def test_a_writer_fenced_while_kept_is_not_reused(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    writer, table = job_writer(uri, {})
+    store = open_store(uri)
+    first = one_job(writer, table, [1])
+    WalAppender.open(store, first.shard_id)  # another process claims the shard
+    stolen = ManifestStore(store, first.shard_id).latest().writer_epoch
+    second = one_job(writer, table, [2])
+    assert second.epoch > stolen  # opened anew, not the fenced one
+    assert sorted(read_table(uri).column("id").to_pylist()) == [1, 2]
+
+
+def test_a_failed_task_does_not_give_its_writer_back(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    writer, table = job_writer(uri, {})
+    one_job(writer, table, [1])
+
+    def failing():
+        yield rows([2])
+        raise RuntimeError("the task's input failed")
+
+    with pytest.raises(RuntimeError):
+        write_task(writer.opts, table, failing(), TaskJob.new(), partition=0, attempt=0)
+    assert len(POOL) == 0
+    third = one_job(writer, table, [3])
+    assert sorted(read_table(uri).column("id").to_pylist()) == [1, 3]
+    assert third.rows == 1
+
+
+def test_idle_kept_writers_close_and_release_their_lease(tmp_path):
+    from memwal_datasource.leases import Leases
+
+    uri = str(tmp_path / "t.lance")
+    writer, table = job_writer(uri, {})
+    msg = one_job(writer, table, [1])
+    leases = Leases(open_store(uri))
+    assert not leases.current(msg.shard_id).released  # kept: still leased
+    assert POOL.close_idle(0.0) == 1
+    assert leases.current(msg.shard_id).released
+    manifest = ManifestStore(open_store(uri), msg.shard_id).latest()
+    assert manifest.replay_after_wal_entry_position >= msg.last_position  # no replay debt
