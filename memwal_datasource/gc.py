@@ -283,7 +283,9 @@ def collect(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECOND
                         job_started_ms=int(time.time() * 1000))
         leases = _take_leases(table, todo, holder) if todo.shards else []
         try:
-            todo.shards = [sp for sp in todo.shards if _fence(table, sp)]
+            fenced = [sp for sp in todo.shards if _fence(table, sp)]
+            todo.skipped_busy += [sp.shard_id for sp in todo.shards if sp not in fenced]
+            todo.shards = fenced
             if todo.shards:
                 try:
                     rec = table.commits.append(GC, [], extra={
