@@ -30,6 +30,7 @@ from . import (
     bench_replay,
     bench_s3,
     bench_s3_client,
+    bench_small_writes,
     bench_spark,
     bench_table,
     bench_writer,
@@ -61,6 +62,8 @@ BENCHMARKS: dict[str, Bench] = {
     "worker_rss": (bench_spark.bench_worker_rss, bench_spark.plot_worker_rss),
     "table_plan": (bench_table.bench_table_plan, bench_table.plot_table_plan),
     "compaction": (bench_table.bench_compaction, bench_table.plot_compaction),
+    "small_writes": (bench_small_writes.bench_small_writes,
+                     bench_small_writes.plot_small_writes),
 }
 
 
