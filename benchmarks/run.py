@@ -32,6 +32,7 @@ from . import (
     bench_s3_client,
     bench_small_writes,
     bench_spark,
+    bench_stream_latency,
     bench_table,
     bench_writer,
 )
@@ -64,6 +65,8 @@ BENCHMARKS: dict[str, Bench] = {
     "compaction": (bench_table.bench_compaction, bench_table.plot_compaction),
     "small_writes": (bench_small_writes.bench_small_writes,
                      bench_small_writes.plot_small_writes),
+    "stream_latency": (bench_stream_latency.bench_stream_latency,
+                       bench_stream_latency.plot_stream_latency),
 }
 
 
