@@ -67,6 +67,7 @@ BENCHMARKS: dict[str, Bench] = {
                      bench_small_writes.plot_small_writes),
     "stream_latency": (bench_stream_latency.bench_stream_latency,
                        bench_stream_latency.plot_stream_latency),
+    "writer_ceiling": (bench_writer.bench_writer_ceiling, bench_writer.plot_writer_ceiling),
 }
 
 
