@@ -362,4 +362,4 @@ def plot_small_writes(result: dict[str, Any], machine: dict[str, Any]) -> None:
                     "rows/s", 1.0),
                    (f"{c['where']}: p99 ms per append", {n: s["p99_ms"] for n, s in comp.items()},
                     "ms", 1.0)]
-    bars_figure("small_writes", result["title"], machine, panels)
+    bars_figure(result, machine, panels)

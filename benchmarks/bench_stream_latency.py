@@ -179,4 +179,4 @@ def plot_stream_latency(result: dict[str, Any], machine: dict[str, Any]) -> None
             panels.append((f"trigger {c['trigger']}: addBatch {k}",
                            {n.split(" (")[0].split(":")[0]: s[f"{k}_ms"]
                             for n, s in c["competitors"].items()}, "ms", 1.0))
-    bars_figure("stream_latency", result["title"], machine, panels)
+    bars_figure(result, machine, panels)

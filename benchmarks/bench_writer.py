@@ -491,7 +491,7 @@ def bench_writer_ceiling(ctx: BenchContext) -> dict[str, Any]:
 
 
 def plot_writer_ceiling(result: dict[str, Any], machine: dict[str, Any]) -> None:
-    bars_figure("writer_ceiling", result["title"], machine,
+    bars_figure(result, machine,
                 [(f"{fmt_bytes(c['entry_bytes'])} entries",
                   {n.split(":")[0]: s["mb_s"] for n, s in c["competitors"].items()}, "MB/s", 1.0)
                  for c in result["cases"]])

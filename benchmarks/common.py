@@ -481,22 +481,40 @@ def value_target(what: str, s: dict[str, Any], goal: float, at_most: bool = True
             "goal": goal}
 
 
-def bars_figure(name: str, title: str, machine: dict[str, Any],
+def bars_figure(result: dict[str, Any], machine: dict[str, Any],
                 panels: Sequence[tuple[str, dict[str, dict[str, Any]], str, float]]) -> Path:
-    """One horizontal bar panel per ``(panel title, {competitor: summarize()}, x label,
-    scale)``: medians with min-max error bars."""
-    fig, axes = new_figure(len(panels), width=5.6, height=0.55 * max(
-        len(p[1]) for p in panels) + 2.2)
+    """``<result name>.png``: one horizontal bar panel per ``(panel title, {competitor:
+    summarize()}, x label, scale)``, medians with min-max error bars; the title carries
+    the run's load (``result["contention"]``), the footer the machine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    height = 0.45 * max(len(p[1]) for p in panels) + 1.6
+    fig, grid = plt.subplots(rows, cols, figsize=(6.2 * cols, height * rows + 0.6),
+                             squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
     for ax, (sub, stats, xlabel, scale) in zip(axes, panels, strict=True):
         names = list(stats)
         med = [stats[n]["median"] / scale for n in names]
         err = [[max(0.0, m - stats[n]["min"] / scale) for m, n in zip(med, names, strict=True)],
                [max(0.0, stats[n]["max"] / scale - m) for m, n in zip(med, names, strict=True)]]
-        ax.barh(range(len(names)), med, xerr=err, capsize=3, color="#1f77b4")
-        ax.set_yticks(range(len(names)), [n if len(n) < 38 else n[:36] + "..." for n in names],
+        colors = ["#d62728" if n.lower().startswith(("memwal", "ours")) else "#1f77b4"
+                  for n in names]
+        ax.barh(range(len(names)), med, xerr=err, capsize=3, color=colors)
+        ax.set_yticks(range(len(names)), [n if len(n) < 48 else n[:46] + "..." for n in names],
                       fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(f"{xlabel} (median, min-max bars)", fontsize=8)
         ax.set_title(sub, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-    return save_figure(fig, name, title, machine)
+    c = result.get("contention")
+    load = (f"\nload avg {c['loadavg_start'][0]:.1f} -> {c['loadavg_end'][0]:.1f} on "
+            f"{machine.get('logical_cores')} cores; other processes used "
+            f"{c['cpu_others_frac']:.0%} of all CPU" if c else "")
+    return save_figure(fig, result["name"], result["title"] + load, machine)
