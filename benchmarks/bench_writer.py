@@ -27,7 +27,9 @@ from .common import (
     KiB,
     MiB,
     Stopwatch,
+    bars_figure,
     bench_schema,
+    cell,
     fmt_bytes,
     group_like_writer,
     interleaved,
@@ -39,8 +41,10 @@ from .common import (
     percentile,
     ratio_target,
     rm_tree,
+    run_alternated,
     save_figure,
     summarize,
+    summarize_runs,
 )
 
 OURS = "ours (WAL-only, durable at close)"
@@ -360,3 +364,134 @@ def plot_durable_latency(result: dict[str, Any], machine: dict[str, Any]) -> Non
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, "durable_latency", result["title"], machine)
+
+
+# ---------------------------------------------------------------------------
+# 3. the writer's ceiling: the fastest durable raw loop on this disk (issue 21)
+# ---------------------------------------------------------------------------
+
+RAW_PAR = "raw (a): write all, parallel fsync of files, then dir fsync"
+RAW_DSYNC = "raw (b): O_DSYNC writes, then dir fsync"
+RAW_SERIAL = "raw (c): one file at a time, write + fsync, then dir fsync"
+FSYNC_THREADS = 8
+
+
+def _fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _raw_files(ctx: BenchContext, tag: str, r: int, encoded, mode: str) -> dict[str, Any]:
+    """The same IPC bytes as the writer's entries, at the writer's keys, made durable
+    ``mode`` = ``parallel`` | ``dsync`` | ``serial``; every file O_EXCL (put-if-absent)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = ctx.scratch(f"wc_{tag}_{r + 1}")
+    shard = str(uuid.uuid4())
+    wal_dir = root / "_mem_wal" / shard / "wal"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DSYNC if mode == "dsync" else 0)
+    pool = ThreadPoolExecutor(FSYNC_THREADS) if mode == "parallel" else None
+    try:
+        with Stopwatch() as t:
+            os.makedirs(wal_dir)
+            pending = []
+            for i, data in enumerate(encoded, 1):
+                path = os.path.join(root, wal_key(shard, i))
+                fd = os.open(path, flags, 0o644)
+                try:
+                    _write_all(fd, data)
+                    if mode == "serial":
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if pool is not None:
+                    pending.append(pool.submit(_fsync_path, path))
+            for f in pending:
+                f.result()
+            _fsync_path(str(wal_dir))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+        rm_tree(root)
+    return {"seconds": t.seconds, "files": len(encoded)}
+
+
+def bench_writer_ceiling(ctx: BenchContext) -> dict[str, Any]:
+    """The core WAL-only writer vs the fastest durable raw loop of the same bytes."""
+    schema = bench_schema()
+    rows = 1_000
+    entries = (64 * KiB, 1 * MiB)
+    total = ctx.pick(8 * MiB, 64 * MiB, 256 * MiB)
+    batches = make_batches(total, rows, schema)
+    nbytes = nbytes_of(batches)
+    cases, table_rows, targets = [], [], []
+    for size in entries:
+        encoded = [encode_wal_buffer(schema, g, 1) for g in group_like_writer(batches, size)]
+        cfg = ShardWriterConfig(enable_memtable=False, durable_write=False,
+                                max_wal_buffer_size=size)
+
+        def ours(r: int, cfg=cfg) -> dict[str, Any]:
+            root = ctx.scratch(f"wc_ours_{r + 1}")
+            try:
+                with Stopwatch() as t:
+                    w = open_shard_writer(str(root / "t.lance"), str(uuid.uuid4()), schema, cfg)
+                    for b in batches:
+                        w.put(b)
+                    w.close()
+            finally:
+                rm_tree(root)
+            return {"seconds": t.seconds, "files": w.stats().wal_entries}
+
+        def raw(mode: str, encoded=encoded):
+            return lambda rep: _raw_files(ctx, mode, rep, encoded, mode)
+
+        comps = {OURS: ours, RAW_PAR: raw("parallel"), RAW_DSYNC: raw("dsync"),
+                 RAW_SERIAL: raw("serial")}
+        runs = run_alternated(ctx, comps, label=f"{fmt_bytes(size)} entries: ")
+        for rs in runs.values():
+            for x in rs:
+                x["mb_s"] = nbytes / x["seconds"] / MB
+        comp = summarize_runs(runs, ("mb_s", "seconds", "files"))
+        winner = max((RAW_PAR, RAW_DSYNC, RAW_SERIAL), key=lambda k: comp[k]["mb_s"]["median"])
+        vs = paired([x["mb_s"] for x in runs[OURS]], [x["mb_s"] for x in runs[winner]])
+        cases.append({"entry_bytes": size, "mean_entry_bytes": sum(e.size for e in encoded)
+                      / len(encoded), "competitors": comp, "winner": winner,
+                      "ratios": {"ours/winner": vs, **{
+                          f"ours/{k.split(':')[0]}": paired(
+                              [x["mb_s"] for x in runs[OURS]], [x["mb_s"] for x in runs[k]])
+                          for k in (RAW_PAR, RAW_DSYNC, RAW_SERIAL)}}})
+        for name, c in comp.items():
+            r = paired([x["mb_s"] for x in runs[OURS]], [x["mb_s"] for x in c["runs"]])
+            table_rows.append([fmt_bytes(size), name + (" (winner)" if name == winner else ""),
+                               cell(c["mb_s"], "{:.0f}"), str(int(c["files"]["median"])),
+                               cell(r, "{:.2f}")])
+        targets.append(ratio_target(f"{fmt_bytes(size)} entries: ours / fastest durable raw loop "
+                                    f"({winner.split(':')[0]}) MB/s", vs, 0.9))
+    return {
+        "name": "writer_ceiling",
+        "title": "Core WAL-only writer vs the fastest durable way to write the same bytes",
+        "config": {"bytes_per_run": total, "arrow_bytes": nbytes, "batch_rows": rows,
+                   "entry_sizes": list(entries),
+                   "ours": "open_shard_writer(enable_memtable=False, durable_write=False, "
+                           "max_wal_buffer_size=S); put every batch; close() (durable at close: "
+                           "claim, sentinel, entries, fsyncs)",
+                   "raw": "the same encoded IPC entries (encoding untimed), O_EXCL create at "
+                          "the WAL keys; (a) write every file then fsync them on "
+                          f"{FSYNC_THREADS} threads as they are written, (b) O_DSYNC writes, "
+                          "(c) write+fsync one file at a time; each then fsyncs the WAL dir",
+                   "MB": "10^6 Arrow buffer bytes of the input batches"},
+        "cases": cases,
+        "table": {"columns": ["entries", "competitor", "MB/s", "files", "ours / it (range)"],
+                  "rows": table_rows},
+        "targets": targets,
+    }
+
+
+def plot_writer_ceiling(result: dict[str, Any], machine: dict[str, Any]) -> None:
+    bars_figure(result, machine,
+                [(f"{fmt_bytes(c['entry_bytes'])} entries",
+                  {n.split(":")[0]: s["mb_s"] for n, s in c["competitors"].items()}, "MB/s", 1.0)
+                 for c in result["cases"]])

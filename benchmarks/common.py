@@ -431,3 +431,90 @@ def fmt_bytes(n: float) -> str:
 
 def verdict(ok: bool | None) -> str:
     return {True: "MET", False: "MISSED", None: "n/a"}[ok]
+
+
+# --- the scenario harness (small_writes, stream_latency, writer_ceiling) --------
+
+def run_alternated(ctx: BenchContext, competitors: dict[str, Callable[[int], dict[str, Any]]],
+                   warmup: int = 1, label: str = "",
+                   repeats: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """``warmup`` untimed rounds of every competitor (repeat index -1), then
+    :func:`interleaved` over ``repeats`` (default ``ctx.repeats``); logs one line
+    per call."""
+    def logged(name: str, fn: Callable[[int], dict[str, Any]]):
+        def run(r: int) -> dict[str, Any]:
+            out = fn(r)
+            brief = ", ".join(f"{k} {v:.3g}" for k, v in out.items()
+                              if isinstance(v, (int, float)) and not isinstance(v, bool))[:150]
+            ctx.log(f"  {label}{'warm-up' if r < 0 else f'repeat {r}'} {name}: {brief}")
+            return out
+        return run
+
+    wrapped = {n: logged(n, fn) for n, fn in competitors.items()}
+    for _ in range(warmup):
+        for fn in wrapped.values():
+            gc.collect()
+            fn(-1)
+    return interleaved(repeats or ctx.repeats, wrapped)
+
+
+def summarize_runs(runs: dict[str, list[dict[str, Any]]],
+                   keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{competitor: {key: summarize(per-repeat values), "runs": raw}}`` for every
+    numeric ``key`` the runs report."""
+    return {name: {**{k: summarize([x[k] for x in rs]) for k in keys if k in rs[0]},
+                   "runs": rs}
+            for name, rs in runs.items()}
+
+
+def cell(s: dict[str, Any], fmt: str = "{:.3g}") -> str:
+    """``median (min..max)`` of a :func:`summarize` result."""
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
+
+
+def value_target(what: str, s: dict[str, Any], goal: float, at_most: bool = True,
+                 unit: str = "") -> dict[str, Any]:
+    """A goal on an absolute value summarised by :func:`summarize`: met by its median."""
+    value = f"{s['median']:.3g}{unit} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"
+    met = s["median"] <= goal if at_most else s["median"] >= goal
+    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "met": met,
+            "goal": goal}
+
+
+def bars_figure(result: dict[str, Any], machine: dict[str, Any],
+                panels: Sequence[tuple[str, dict[str, dict[str, Any]], str, float]]) -> Path:
+    """``<result name>.png``: one horizontal bar panel per ``(panel title, {competitor:
+    summarize()}, x label, scale)``, medians with min-max error bars; the title carries
+    the run's load (``result["contention"]``), the footer the machine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    height = 0.45 * max(len(p[1]) for p in panels) + 1.6
+    fig, grid = plt.subplots(rows, cols, figsize=(6.2 * cols, height * rows + 0.6),
+                             squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    for ax, (sub, stats, xlabel, scale) in zip(axes, panels, strict=True):
+        names = list(stats)
+        med = [stats[n]["median"] / scale for n in names]
+        err = [[max(0.0, m - stats[n]["min"] / scale) for m, n in zip(med, names, strict=True)],
+               [max(0.0, stats[n]["max"] / scale - m) for m, n in zip(med, names, strict=True)]]
+        colors = ["#d62728" if n.lower().startswith(("memwal", "ours")) else "#1f77b4"
+                  for n in names]
+        ax.barh(range(len(names)), med, xerr=err, capsize=3, color=colors)
+        ax.set_yticks(range(len(names)), [n if len(n) < 48 else n[:46] + "..." for n in names],
+                      fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{xlabel} (median, min-max bars)", fontsize=8)
+        ax.set_title(sub, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    c = result.get("contention")
+    load = (f"\nload avg {c['loadavg_start'][0]:.1f} -> {c['loadavg_end'][0]:.1f} on "
+            f"{machine.get('logical_cores')} cores; other processes used "
+            f"{c['cpu_others_frac']:.0%} of all CPU" if c else "")
+    return save_figure(fig, result["name"], result["title"] + load, machine)

@@ -30,8 +30,10 @@ from . import (
     bench_replay,
     bench_s3,
     bench_s3_client,
+    bench_small_writes,
     bench_spark,
     bench_spark_pk,
+    bench_stream_latency,
     bench_table,
     bench_writer,
 )
@@ -64,6 +66,11 @@ BENCHMARKS: dict[str, Bench] = {
     "pk_write": (bench_spark_pk.bench_pk_write, bench_spark_pk.plot_pk_write),
     "table_plan": (bench_table.bench_table_plan, bench_table.plot_table_plan),
     "compaction": (bench_table.bench_compaction, bench_table.plot_compaction),
+    "small_writes": (bench_small_writes.bench_small_writes,
+                     bench_small_writes.plot_small_writes),
+    "stream_latency": (bench_stream_latency.bench_stream_latency,
+                       bench_stream_latency.plot_stream_latency),
+    "writer_ceiling": (bench_writer.bench_writer_ceiling, bench_writer.plot_writer_ceiling),
 }
 
 
