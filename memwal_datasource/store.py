@@ -6,10 +6,12 @@ The contract every backend honours (it is what makes WAL fencing safe):
   raises ``FileExistsError`` when ``key`` already exists. No reader ever sees a
   partially written object, and of N concurrent callers exactly one succeeds.
 * ``get(key)`` returns the whole object or raises ``FileNotFoundError``.
-* ``put(key, data)`` overwrites; used only for hints (``version_hint.json``).
+* ``put(key, data)`` overwrites; used only for hints (``version_hint.json``) and
+  probes (``now_ms``).
+* ``modified_ms(key)`` / ``now_ms()`` read the store's own clock (gc's retention).
 * ``list(prefix)`` yields keys (relative to the store root) under ``prefix``.
-* ``delete(key)`` removes a key; callers must only delete WAL files behind a
-  fence (see ``DESIGN.md``).
+* ``delete(key)`` removes a key; only garbage collection deletes WAL files,
+  under the rules of :mod:`memwal_datasource.gc` (docs/operations.md).
 
 Stores are chosen by URI scheme (:func:`open_store`): a local path or
 ``file://`` URI, ``s3://bucket/prefix``, ``gs://bucket/prefix``
