@@ -396,19 +396,24 @@ def job_name(lease: Lease | None) -> str:
     return lease.holder.label or f"job {lease.holder.job_id}"
 
 
-def check_job_ranges(path: str, ranges: list[CommittedRange]) -> list[CommittedRange]:
+def check_job_ranges(path: str, ranges: list[CommittedRange], *,
+                     kept_writers: bool = False) -> list[CommittedRange]:
     """The job's ranges in WAL order per shard, or a refusal of what fencing rules out.
 
     Several tasks may write one shard (in turns), each turn with its own
     epoch. On one shard the ranges must not overlap and their epochs must
-    rise with their positions: a later turn claimed after the earlier one
-    closed. Anything else means a writer wrote after a newer claim, so the
-    job is refused and nothing is committed. Returned sorted by (shard,
+    not fall as their positions rise: a later turn claimed after the earlier
+    one closed (or, on unsharded pools, is the same kept writer: same epoch).
+    Anything else means a writer wrote after a newer claim, so the job is
+    refused and nothing is committed. Returned sorted by (shard,
     first position), the order readers apply.
     """
     ordered = sorted(ranges, key=lambda r: (r.shard_id, r.first))
     for a, b in zip(ordered, ordered[1:], strict=False):
-        if a.shard_id == b.shard_id and (b.first <= a.last or b.epoch <= a.epoch):
+        # With ``kept_writers`` (unsharded pools) the same epoch twice is one writer
+        # serving two tasks in turn (memwal_datasource.writer_pool): positions still rise.
+        older = b.epoch < a.epoch if kept_writers else b.epoch <= a.epoch
+        if a.shard_id == b.shard_id and (b.first <= a.last or older):
             raise ShardConflict(
                 f"Run the job again (nothing was committed; the table at {path} is unchanged): "
                 f"two of its writes to shard {a.shard_id} break the fencing order, positions "

@@ -369,7 +369,8 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     """
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     # Per shard in WAL order: a later turn's rows win (see shard_turns).
-    ranges = check_job_ranges(opts.path, [r for m in msgs for r in m.committed_ranges()])
+    ranges = check_job_ranges(opts.path, [r for m in msgs for r in m.committed_ranges()],
+                              kept_writers=opts.sharding is None)
     label = f"{kind}{f' batch {batch_id}' if batch_id is not None else ''}"
     if query_id is not None and not ranges and kind == APPEND:
         log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)
