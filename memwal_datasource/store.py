@@ -522,16 +522,18 @@ class S3Store(ObjectStore):
             self._raise(exc, key)
             raise  # unreachable; keeps type checkers honest
 
-    def head(self, key: str) -> int | None:
+    def _head(self, key: str) -> tuple[int, int] | None:
+        """(size, last-modified ms on the server's clock), or ``None`` if absent."""
         try:
             if s3_clients.obstore_usable():
                 import obstore
 
-                return int(self._obstore_call(
-                    key, lambda st, path: obstore.head(st, path)["size"]))
-            return int(
-                self._client.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"]
-            )
+                meta = self._obstore_call(key, lambda st, path: obstore.head(st, path))
+                size, stamp = meta["size"], meta["last_modified"]
+            else:
+                meta = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+                size, stamp = meta["ContentLength"], meta["LastModified"]
+            return int(size), int(stamp.timestamp() * 1000)
         except FileNotFoundError:
             return None
         except StoreError:
@@ -542,28 +544,14 @@ class S3Store(ObjectStore):
             except FileNotFoundError:
                 return None
             raise
+
+    def head(self, key: str) -> int | None:
+        meta = self._head(key)
+        return None if meta is None else meta[0]
 
     def modified_ms(self, key: str) -> int | None:
-        try:
-            if s3_clients.obstore_usable():
-                import obstore
-
-                stamp = self._obstore_call(
-                    key, lambda st, path: obstore.head(st, path)["last_modified"])
-            else:
-                stamp = self._client.head_object(Bucket=self.bucket,
-                                                 Key=self._key(key))["LastModified"]
-            return int(stamp.timestamp() * 1000)
-        except FileNotFoundError:
-            return None
-        except StoreError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            try:
-                self._raise(exc, key)
-            except FileNotFoundError:
-                return None
-            raise
+        meta = self._head(key)
+        return None if meta is None else meta[1]
 
     def list(self, prefix: str) -> Iterator[str]:
         full = self._key(prefix)
