@@ -11,6 +11,7 @@ import pytest
 from memwal_datasource import MemWalTable, compact, read_table
 from memwal_datasource.gc import collect
 from memwal_datasource.store import open_store
+from tests.helpers import later
 from tests.spark.test_compact import append, base, rows
 from tests.spark.test_stream import add_files, run_sink, run_source
 
@@ -39,7 +40,7 @@ def test_write_stream_compact_gc_round_trip(spark, spark_location, tmp_path):
     assert base(uri, storage) == want
     # GC (behind a fence) deletes the compacted WAL entries; readers still agree.
     store = open_store(uri, storage)
-    done = collect(MemWalTable(uri, storage), retain_seconds=0)
+    done = collect(t := MemWalTable(uri, storage), retain_seconds=0, clock=later(t))
     assert done.shards and done.items()
     assert not any(store.exists(k) for k, _ in done.items())
     assert sorted(read_table(uri, storage).column("id").to_pylist()) == sorted(
