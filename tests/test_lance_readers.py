@@ -33,6 +33,7 @@ from memwal_datasource.options import lance_storage_options
 from memwal_datasource.store import open_store
 from memwal_datasource.table import ROW_KEY, MemWalTable, create_table
 from memwal_datasource.writer import open_shard_writer
+from tests.helpers import later
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 UNCOMMITTED = 900  # ids from here on are only ever written by attempts that never commit
@@ -228,7 +229,8 @@ def test_lance_readers_see_only_committed_rows(location, keyed, mode):
     check(model, exact=False)
     model.compact()
     check(model, exact=True)
-    collect(MemWalTable(uri, opts), retain_seconds=0)
+    t = MemWalTable(uri, opts)
+    assert collect(t, retain_seconds=0, clock=later(t)).shards  # gc really collects
     check(model, exact=True)
     replays_nothing(uri, opts)
     check(model, exact=True)  # the native opens above changed nothing readers see
