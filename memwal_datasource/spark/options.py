@@ -115,6 +115,8 @@ class WriteOptions:
     sharding: Sharding | None = None
     lease_wait_s: float = DEFAULT_LEASE_WAIT_S
     lease_ttl_s: float = DEFAULT_TTL_S
+    # A first attempt may continue a writer its Python worker kept (writer_pool).
+    keep_writers: bool = False
     # enable_memtable was not set: the table's primary key decides (see with_table_key).
     memtable_auto: bool = False
     # The writer options set explicitly (Spark defaults apply to the others).
@@ -160,6 +162,7 @@ class WriteOptions:
                    shard_by=_shard_by(opts),
                    lease_wait_s=_seconds(opts, "lease_wait_s", DEFAULT_LEASE_WAIT_S, True),
                    lease_ttl_s=_seconds(opts, "lease_ttl_s", DEFAULT_TTL_S, False),
+                   keep_writers=flag(opts, "keep_writers"),
                    memtable_auto=auto, explicit=explicit)
 
     def with_table_key(self, has_primary_key: bool) -> WriteOptions:

@@ -143,8 +143,8 @@ class _PoolShard:
         self.open_s = 0.0
         # A first attempt on a WAL-only pool may take a writer a previous task of this
         # process kept (see memwal_datasource.writer_pool); retries always claim anew.
-        self.keepable = (holder.attempt == 0 and not opts.config.enable_memtable
-                         and opts.sharding is None)
+        self.keepable = (opts.keep_writers and holder.attempt == 0
+                         and not opts.config.enable_memtable and opts.sharding is None)
         self.key: tuple | None = None
         self.before: WriterStats | None = None  # a kept writer's stats when we took it
         self.kept = False  # given back to the pool at close
@@ -370,7 +370,7 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     # Per shard in WAL order: a later turn's rows win (see shard_turns).
     ranges = check_job_ranges(opts.path, [r for m in msgs for r in m.committed_ranges()],
-                              kept_writers=opts.sharding is None)
+                              kept_writers=opts.keep_writers and opts.sharding is None)
     label = f"{kind}{f' batch {batch_id}' if batch_id is not None else ''}"
     if query_id is not None and not ranges and kind == APPEND:
         log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)

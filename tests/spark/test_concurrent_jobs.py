@@ -43,7 +43,7 @@ from memwal_datasource.sharding import create_table as create_sharded
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, open_table, read_table
+from memwal_datasource.table import create_table, open_table, read_table, without_row_key
 from tests.spark.test_writer import frame, read, write
 
 GATES_VAR = "MEMWAL_TEST_GATES"
@@ -473,7 +473,7 @@ def test_two_partitions_of_one_job_take_turns_on_a_shard(by_tenant):
 def test_pool_tasks_lease_around_other_jobs_and_wait_with_num_shards(tmp_path):
     uri = str(tmp_path / "t.lance")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
-    table = create_table(uri, schema).schema
+    table = without_row_key(create_table(uri, schema).schema)
     opts = MemWalBatchWriter(WriteOptions.parse({"path": uri}), table, False).opts
     assert opts.config.enable_memtable is False  # no primary key: WAL-only by default
     batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=schema)
@@ -513,7 +513,7 @@ def test_a_lost_lease_fails_the_task_before_close(tmp_path, monkeypatch):
     old attempt fails at its next batch with LeaseLost (its rows are not committed)."""
     uri = str(tmp_path / "t.lance")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
-    table = create_table(uri, schema).schema
+    table = without_row_key(create_table(uri, schema).schema)
     opts = WriteOptions.parse({"path": uri, "enable_memtable": "false", "lease_ttl_s": "0.3"})
     lost = threading.Event()
     renew = Leases.renew

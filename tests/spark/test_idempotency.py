@@ -34,7 +34,7 @@ from memwal_datasource.commit import CommitLog
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
+from memwal_datasource.table import create_table, without_row_key
 from tests.spark.test_writer import frame, read, tailer_ids, write
 
 pytestmark = pytest.mark.spark
@@ -118,7 +118,7 @@ def test_bad_key_options_fail_on_the_driver(spark, spark_location):
 def test_commit_of_a_committed_key_returns_the_earlier_record(tmp_path, caplog):
     uri = str(tmp_path / "t.lance")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
-    table = create_table(uri, schema).schema
+    table = without_row_key(create_table(uri, schema).schema)
     opts = WriteOptions.parse({"path": uri, **WAL_ONLY, **KEY})
     batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=schema)
     first = MemWalBatchWriter(opts, table, overwrite=False)

@@ -38,7 +38,7 @@ def rows(ids) -> pa.RecordBatch:
 
 def job_writer(uri, opts):
     table = without_row_key(create_table(uri, SCHEMA, storage_options=opts).schema)
-    return MemWalBatchWriter(WriteOptions.parse({"path": uri, **{
+    return MemWalBatchWriter(WriteOptions.parse({"path": uri, "keep_writers": "true", **{
         f"storage.{k}": v for k, v in opts.items()}}), table, overwrite=False), table
 
 
@@ -115,6 +115,14 @@ def test_a_failed_task_does_not_give_its_writer_back(tmp_path):
     third = one_job(writer, table, [3])
     assert sorted(read_table(uri).column("id").to_pylist()) == [1, 3]
     assert third.rows == 1
+
+
+def test_without_the_option_every_task_releases_and_claims_anew(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    table = without_row_key(create_table(uri, SCHEMA).schema)
+    writer = MemWalBatchWriter(WriteOptions.parse({"path": uri}), table, overwrite=False)
+    first, second = one_job(writer, table, [1]), one_job(writer, table, [2])
+    assert len(POOL) == 0 and second.epoch > first.epoch
 
 
 def test_idle_kept_writers_close_and_release_their_lease(tmp_path):

@@ -13,7 +13,7 @@ from memwal_datasource.commit import CommitLog
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalStreamWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
+from memwal_datasource.table import create_table, without_row_key
 from tests.helpers import later
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -122,7 +122,7 @@ def test_source_available_now_then_stops(spark, spark_location, tmp_path):
 
 def test_stream_writer_commit_is_idempotent_per_batch(tmp_path):
     uri = str(tmp_path / "t.lance")
-    table = create_table(uri, SCHEMA).schema
+    table = without_row_key(create_table(uri, SCHEMA).schema)
     opts = WriteOptions.parse({"path": uri, "enable_memtable": "false"})
     writer = MemWalStreamWriter(opts, table, overwrite=False, query_id="q-1")
     batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=SCHEMA)
@@ -144,7 +144,7 @@ def test_batch_wall_time_counts_from_its_first_task_not_the_writer(tmp_path, cap
     import time
 
     uri = str(tmp_path / "t.lance")
-    table = create_table(uri, SCHEMA).schema
+    table = without_row_key(create_table(uri, SCHEMA).schema)
     opts = WriteOptions.parse({"path": uri, "enable_memtable": "false"})
     writer = MemWalStreamWriter(opts, table, overwrite=False, query_id="q-wall")
     writer.started = time.time() - 100_000  # the query started long ago
@@ -172,7 +172,7 @@ def test_commit_logs_one_summary_line_without_secrets(tmp_path, caplog):
     import logging
 
     uri = str(tmp_path / "t.lance")
-    table = create_table(uri, SCHEMA).schema
+    table = without_row_key(create_table(uri, SCHEMA).schema)
     opts = WriteOptions.parse({"path": uri, "enable_memtable": "false",
                                "storage.aws_secret_access_key": "top-secret-value"})
     batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=SCHEMA)
