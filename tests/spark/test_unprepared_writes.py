@@ -25,7 +25,7 @@ import pytest
 from memwal_datasource import hooks
 from memwal_datasource.commit import CommitLog, CommittedRange
 from memwal_datasource.compact import compact
-from memwal_datasource.errors import Fenced, MemWalError
+from memwal_datasource.errors import CommitRefused, Fenced, MemWalError
 from memwal_datasource.native import committed_lsm_scanner
 from memwal_datasource.sharding import ShardingRequest, table_sharding
 from memwal_datasource.sharding import create_table as create_sharded
@@ -109,8 +109,9 @@ def plain(uri) -> dict[int, str]:
 def test_unprepared_job_with_a_failed_turn_and_a_concurrent_job(spark, tmp_path, memtable):
     """Job A (unprepared, 4 partitions) pauses a task in its turn on a shard; job B (direct
     write_task calls, keys of its own on the same shards) spills that shard and waits for
-    A holding nothing; A's paused turn then fails, Spark retries the task. Both commit;
-    every key once, each with the value the rule picks, in every reader."""
+    A holding nothing; A's paused turn then fails, Spark retries the task. Both commit (B
+    after a re-run if A's retry overtook it on a shard); every key once, each with the
+    value the rule picks, in every reader."""
     uri = str(tmp_path / "t.lance")
     mem = modes(memtable)
     write(spark.range(99_999, 100_000, numPartitions=1).selectExpr("id", "'seed' as v"),
@@ -143,7 +144,17 @@ def test_unprepared_job_with_a_failed_turn_and_a_concurrent_job(spark, tmp_path,
     finally:
         gates.close()
     assert paused["shard"] in {s.shard_id for s in b_msg.shards}  # B wrote it after A
-    b_writer.commit([b_msg])
+    try:
+        b_writer.commit([b_msg])
+    except CommitRefused as exc:
+        # A's retried task took a shard after B's turn there and A committed first: a
+        # shard's writers commit in epoch order (every reader then agrees on each key),
+        # so B is refused with nothing committed, and its re-run commits.
+        assert str(exc).startswith("run the job again: shard ")
+        assert not [r for r in CommitLog(open_store(uri)).records()
+                    if r.job_id == b_writer.job_id]
+        b_writer.commit([write_task(b_writer.opts, b_writer.schema, iter([b_batch]),
+                                    b_writer.job)])
 
     records = list(CommitLog(open_store(uri)).records())
     (a_rec,) = [r for r in records if r.job_id == paused["job_id"]]
