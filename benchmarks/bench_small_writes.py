@@ -43,6 +43,7 @@ WRITERS = 4
 ROWS = 5_000
 SUFFIX = "-abcdefghijklmnopqrstuvwxyz0123"
 MEMWAL = "memwal (WAL-only)"
+MEMWAL_KEPT = "memwal (WAL-only, keep_writers)"
 LANCE = "Lance append (driver toArrow + write_dataset)"
 LANCE_MAP = "Lance append (mapInArrow write_fragments + commit)"
 LANCE_SYNC = "durable Lance append (toArrow + write_dataset + fsync)"
@@ -139,10 +140,10 @@ def _competitors(ctx: BenchContext, spark, server, n: int) -> dict[str, Any]:
     import lance
     from lance.fragment import FragmentMetadata, write_fragments
 
-    def memwal_append(t: _Target):
+    def memwal_append(t: _Target, keep: bool = False):
         def append(start: int) -> None:
             w = _frame(spark, start).write.format("memwal").mode("append").option(
-                "enable_memtable", "false")
+                "enable_memtable", "false").option("keep_writers", str(keep).lower())
             for k, v in (t.storage or {}).items():
                 w = w.option(f"storage.{k}", v)
             w.save(t.uri)
@@ -228,6 +229,8 @@ def _competitors(ctx: BenchContext, spark, server, n: int) -> dict[str, Any]:
         return lance.dataset(t.uri, storage_options=t.storage).count_rows()
 
     comps = {MEMWAL: competitor("memwal", memwal_append, memwal_rows),
+             MEMWAL_KEPT: competitor("memwal_kept", lambda t: memwal_append(t, True),
+                                     memwal_rows),
              LANCE: competitor("lance", lance_append, lance_rows, create_lance),
              LANCE_MAP: competitor("lance_map", lance_map_append, lance_rows, create_lance)}
     if server is None:
@@ -264,6 +267,12 @@ def _case(ctx: BenchContext, spark, server, n: int, where: str) -> dict[str, Any
                                    [x["p50_ms"] for x in runs[lance_best]]),
         "rows_s memwal/noop": paired([x["rows_s"] for x in runs[MEMWAL]],
                                      [x["rows_s"] for x in runs[NOOP]]),
+        "rows_s kept/lance": paired([x["rows_s"] for x in runs[MEMWAL_KEPT]],
+                                    [x["rows_s"] for x in runs[lance_best]]),
+        "p99 kept/lance": paired([x["p99_ms"] for x in runs[MEMWAL_KEPT]],
+                                 [x["p99_ms"] for x in runs[lance_best]]),
+        "rows_s kept/noop": paired([x["rows_s"] for x in runs[MEMWAL_KEPT]],
+                                   [x["rows_s"] for x in runs[NOOP]]),
     }
     if LANCE_SYNC in runs:
         ratios["rows_s memwal/durable_lance"] = paired([x["rows_s"] for x in runs[MEMWAL]],
@@ -313,6 +322,10 @@ def bench_small_writes(ctx: BenchContext) -> dict[str, Any]:
                          rt["p99 memwal/lance"], 1.2, at_most=True),
             value_target(f"{w}: memwal objects written per append (net new files/keys)",
                          c["competitors"][MEMWAL]["objects_per_append"], 3),
+            ratio_target(f"{w}: memwal keep_writers / {c['lance_baseline']} rows/s",
+                         rt["rows_s kept/lance"], 1.0),
+            value_target(f"{w}: memwal keep_writers objects written per append",
+                         c["competitors"][MEMWAL_KEPT]["objects_per_append"], 3),
             ratio_target(f"{w}: memwal / no-op Python sink rows/s (the ceiling)",
                          rt["rows_s memwal/noop"], None)]
         if "rows_s memwal/durable_lance" in rt:
