@@ -175,7 +175,8 @@ def _floors(table: MemWalTable, through: int, releasable: int,
 def plan(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
          retain_manifest_versions: int = 10,
          clock: Callable[[], int] | None = None) -> GcPlan:
-    """What a collection would delete now (nothing is changed but a clock probe).
+    """What a collection would delete now (it writes only a clock probe and missing done
+    markers of committed rounds).
 
     ``clock`` returns the store's time in ms (default: :meth:`ObjectStore.now_ms`);
     tests pass one that runs ahead to stand for time passing.
