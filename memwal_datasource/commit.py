@@ -43,23 +43,33 @@ from .commit_format import (  # noqa: F401 - the log's public names, re-exported
     CHECKPOINT_FORMAT,
     CHECKPOINTS_DIR,
     COMMITS_DIR,
+    COMMITTED,
+    DUPLICATE,
     GC,
     KINDS,
     LAST_CHECKPOINT_KEY,
     OVERWRITE,
     RECENT,
     RECORD_FORMAT,
+    REFUSED,
     STREAM_KEY_PREFIX,
     Checkpoint,
     CommitRecord,
     CommitResult,
     CommittedRange,
+    Member,
     Txn,
     checkpoint_key,
     record_key,
     stream_app_id,
 )
-from .errors import CommitRefused, CorruptEntryError, MemWalError  # noqa: F401 - re-exported
+from .commit_intents import Intent, Intents
+from .errors import (  # noqa: F401 - re-exported
+    CommitRefused,
+    CorruptEntryError,
+    MemWalError,
+    OutcomeUnknown,
+)
 from .store import ObjectStore, put_resolved
 from .wal import first_missing
 
@@ -70,6 +80,13 @@ MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giv
 # since it last checked (a stalled committer). Garbage collection never deletes a
 # record compacted less than three times this ago (gc.MIN_RETAIN_SECONDS).
 COMMIT_DEADLINE_S = 10.0
+# Group commit (docs/protocol.md): others' intents older than this are never taken; a
+# follower takes over from a leader silent this long; followers poll the tip this often.
+INTENT_MAX_AGE_S = COMMIT_DEADLINE_S
+LEADER_WAIT_S = 0.5
+POLL_S = 0.002
+# Record PUTs of this process that lost their number to another commit (benchmarks read it).
+LOST_RACES = 0
 
 
 class CommitLog:
@@ -95,6 +112,8 @@ class CommitLog:
         self._ckpt: Checkpoint | None = None  # the newest checkpoint seen
         self._ckpt_looked = False
         self._state: Checkpoint | None = None  # our own fold: records 1..sequence
+        self._intents = Intents(store)
+        self._holders: dict[str, int] = {}  # intent id: the record that answered it
 
     # --- reading records -------------------------------------------------------------
 
@@ -114,7 +133,8 @@ class CommitLog:
             data = self.store.get(key)
         except FileNotFoundError:
             return None, True
-        rec = self._cache[sequence] = CommitRecord.from_json(data, self.store.describe(key))
+        rec = CommitRecord.from_json(data, self.store.describe(key))
+        self._remember(rec)
         return rec, True
 
     def _collected(self, sequence: int) -> bool:
@@ -328,7 +348,11 @@ class CommitLog:
             return None
         version, seq, job_id = prior
         try:
-            return self.read(seq)
+            rec = self.read(seq)
+            for part in rec.members:  # a group record: the member that committed the key
+                if part.txn_app_id == txn.app_id and part.verdict == COMMITTED:
+                    return rec.member_view(part)
+            return rec
         except FileNotFoundError:  # collected below a checkpoint, which kept what matters
             return CommitRecord(sequence=seq, kind=APPEND, job_id=job_id, ranges=[],
                                 txn_app_id=txn.app_id, txn_version=version,
@@ -338,8 +362,8 @@ class CommitLog:
                writer_group: str = "", query_id: str | None = None,
                batch_id: int | None = None, extra: dict | None = None,
                txn: Txn | None = None, ordered_epochs: bool = True,
-               at_sequence: int | None = None) -> CommitResult:
-        """Write the next record atomically; concurrent appenders take turns.
+               at_sequence: int | None = None, group: bool = True) -> CommitResult:
+        """Commit one job: its record at the next number, or its part of a group record.
 
         With ``txn``, a key already committed returns that record with
         ``created=False`` instead of committing the rows a second time.
@@ -348,7 +372,9 @@ class CommitLog:
         an uncommitted older attempt provably dead and keeps every reader's
         newest-value-per-key the same). ``at_sequence`` writes exactly that
         record number or raises :class:`SequenceTaken` (a caller that planned
-        against records below it re-plans).
+        against records below it re-plans). Appends meeting contention join a
+        group record (``group=False`` never does; overwrites and gc records never
+        do): see docs/protocol.md, "Committing at scale".
         """
         if kind not in KINDS:
             raise ValueError(f"commit kind must be one of {KINDS}, got '{kind}'")
@@ -361,12 +387,30 @@ class CommitLog:
                            txn_app_id=txn.app_id if txn else None,
                            txn_version=txn.version if txn else None,
                            ordered=ordered_epochs and bool(ranges))
+        if kind != APPEND or at_sequence is not None or not group:
+            return self._append_alone(rec, txn, at_sequence)
+        seq = self.next_sequence()
+        if not self._intents.any_pending():  # no contention seen: no intent, one PUT
+            result = self._append_alone(rec, txn, seq, once=True)
+            if result is not None:
+                return result
+            after = seq  # we lost ``seq``: it is stored, and cannot hold our intent
+        else:
+            after = seq - 1
+        return self._append_grouped(rec, txn, after)
+
+    def _append_alone(self, rec: CommitRecord, txn: Txn | None, at_sequence: int | None,
+                      once: bool = False) -> CommitResult | None:
+        """Put ``rec`` alone at the first free number (exactly ``at_sequence`` if set;
+        with ``once``, start there and return ``None`` after losing one race)."""
+        global LOST_RACES
+        fixed = at_sequence is not None and not once
         seq = self.next_sequence() if at_sequence is None else at_sequence
         while True:
             checked = time.monotonic()
             floor = self._ckpt.sequence if self._ckpt else 0
             if seq <= floor:  # collected numbers below a checkpoint are never reused
-                if at_sequence is not None:
+                if fixed:
                     raise SequenceTaken(seq)
                 raise MemWalError(f"refusing to write commit record {seq}: checkpoint {floor} "
                                   "already folds the records up to it")
@@ -374,75 +418,178 @@ class CommitLog:
                 done = self.committed_txn(txn, upto=seq - 1)
                 if done is not None:
                     return CommitResult(done, False)
-            self._check_ranges(rec.ranges, seq, ordered_epochs)
+            if rec.ranges:
+                check_ranges(self._fold(seq - 1), rec.ranges, rec.ordered)
             rec.sequence = seq
-            key = record_key(seq)
             hooks.point("commit.before", sequence=seq)
             if time.monotonic() - checked > COMMIT_DEADLINE_S:
                 # Stalled since the checks: a collector may have moved on. Look again,
                 # from the newest checkpoint, at a number that is free now.
                 self._relist()
-                if at_sequence is None:
+                if not fixed:
                     seq = self.next_sequence()
                 continue
-            if put_resolved(self.store, key, rec.to_json(), retries=self.retries,
+            if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}"):
-                self._verify_not_collected(rec)
-                self._cache[seq] = rec
-                hooks.point("commit.after", sequence=seq)
-                self._auto_checkpoint(seq)
-                return CommitResult(rec, True)
-            if at_sequence is not None:
+                if self._verify_landed(rec):
+                    return self._landed(rec)
+                if fixed:
+                    raise SequenceTaken(seq)
+                seq = self.next_sequence()
+                continue  # our PUT filled a number gc had freed: commit again
+            LOST_RACES += 1
+            if fixed:
                 raise SequenceTaken(seq)
+            if once:
+                return None
             seq += 1  # another job took this number; it is checked on the next pass
 
-    def _verify_not_collected(self, rec: CommitRecord) -> None:
-        """Refuse our just-written record if it filled a number a collector had freed.
+    def _landed(self, rec: CommitRecord) -> CommitResult:
+        self._remember(rec)
+        hooks.point("commit.after", sequence=rec.sequence)
+        self._auto_checkpoint(rec.sequence)
+        return CommitResult(rec, True)
 
-        A committer that stalled between choosing ``seq`` and its PUT can find
-        ``seq`` free again because garbage collection deleted the record that
-        took it (below a checkpoint). Readers fold from that checkpoint and would
-        never see ours. Collections delete records in ascending order, so while
-        record ``seq - 1`` is stored, ``seq`` was never freed; otherwise the
-        checkpoint covering ``seq`` says whose record it folded.
+    def _append_grouped(self, rec: CommitRecord, txn: Txn | None, after: int) -> CommitResult:
+        """Write an intent, then lead a group record or wait for one holding it."""
+        intent = Intent.new(rec, after)
+        rec.intent_id = intent.intent_id
+        self._intents.write(intent)
+        waited: dict[str, float] = {}  # leader's intent id: when we began waiting for it
+        try:
+            while True:
+                seq = self.next_sequence()
+                checked = time.monotonic()
+                held = self._holder(intent, seq - 1)
+                if held is None:
+                    raise self._unknown(intent)
+                if held:
+                    return self._answer(*held, txn)
+                now_ms = int(time.time() * 1000)
+                others = [other for other in self._intents.pending(now_ms, INTENT_MAX_AGE_S)
+                          if other.intent_id != intent.intent_id
+                          and self._holder(other, seq - 1) == ()]
+                leader = min([intent, *others], key=Intent.order)
+                if leader is not intent:
+                    since = waited.setdefault(leader.intent_id, time.monotonic())
+                    if time.monotonic() - since < LEADER_WAIT_S:
+                        self._await_record(seq, since + LEADER_WAIT_S)
+                        continue
+                result = self._put_group(rec, intent, others, txn, seq, checked)
+                if result is not None:
+                    return result
+        finally:
+            self._intents.delete(intent)
+
+    def _put_group(self, rec: CommitRecord, intent: Intent, others: list[Intent],
+                   txn: Txn | None, seq: int, checked: float) -> CommitResult | None:
+        """Lead: put a record at ``seq`` holding ours and ``others``; ``None`` to go again."""
+        global LOST_RACES
+        if txn is not None:
+            done = self.committed_txn(txn, upto=seq - 1)
+            if done is not None:
+                return CommitResult(done, False)
+        state = self._fold(seq - 1).copy()
+        if rec.ranges:
+            check_ranges(state, rec.ranges, rec.ordered)
+        rec.sequence = seq
+        out = rec
+        if others:
+            own = rec.parts()[0]
+            state.apply(own, seq)
+            members = [own] + [judge(state, replace(o.record.parts()[0], intent_id=o.intent_id),
+                                     seq) for o in others]
+            out = replace(rec, created_ms=int(time.time() * 1000), members=members, ranges=sorted(
+                (r for m in members if m.verdict == COMMITTED for r in m.ranges),
+                key=lambda r: (r.shard_id, r.first)))
+        hooks.point("commit.before", sequence=seq)
+        if time.monotonic() - checked > COMMIT_DEADLINE_S:
+            self._relist()
+            return None  # stalled since the checks: check again
+        if put_resolved(self.store, record_key(seq), out.to_json(), retries=self.retries,
+                        base_delay_ms=self.retry_base_delay_ms, what=f"commit record {seq}"):
+            if not self._verify_landed(out):
+                return None
+            self._landed(out)
+            return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
+        LOST_RACES += 1
+        return None
+
+    def _await_record(self, seq: int, until: float) -> None:
+        """Wait (reading, not writing) for record ``seq`` to appear, or until ``until``."""
+        while time.monotonic() < until and not self.store.exists(record_key(seq)):
+            time.sleep(POLL_S)
+
+    def _remember(self, rec: CommitRecord) -> None:
+        self._cache[rec.sequence] = rec
+        for part in rec.parts():
+            if part.intent_id is not None:
+                self._holders[part.intent_id] = rec.sequence
+
+    def _holder(self, intent: Intent, upto: int) -> tuple | None:
+        """The record among ``intent.after + 1 .. upto`` holding ``intent``, as ``(record,
+        member)``; ``()`` when none does; ``None`` when some of them were collected."""
+        for seq in range(intent.after + 1, upto + 1):
+            if seq not in self._cache and self._fetch(seq)[0] is None:
+                return None
+        at = self._holders.get(intent.intent_id)
+        if at is None or not intent.after < at <= upto:
+            return ()
+        rec = self._cache[at]
+        return rec, next(p for p in rec.parts() if p.intent_id == intent.intent_id)
+
+    def _answer(self, rec: CommitRecord, part: Member, txn: Txn | None) -> CommitResult:
+        """Our verdict, as the record holding our intent gives it."""
+        if part.verdict == COMMITTED:
+            return CommitResult(rec.member_view(part), True)
+        if part.verdict == DUPLICATE and txn is not None:
+            done = self.committed_txn(txn, upto=rec.sequence)
+            if done is not None:
+                return CommitResult(done, False)
+        raise CommitRefused(part.reason or f"run the job again: commit record {rec.sequence} "
+                            "refused it. Nothing was committed")
+
+    def _unknown(self, intent: Intent) -> OutcomeUnknown:
+        return OutcomeUnknown(
+            f"look the job up by its txnAppId or in the table's history (job "
+            f"{intent.record.job_id}): this commit stalled so long that garbage collection "
+            f"removed commit records after {intent.after} before it could check whether one of "
+            "them committed it")
+
+    def _verify_landed(self, rec: CommitRecord) -> bool:
+        """Whether our record, just stored at its number, will be read (see
+        docs/protocol.md, "A commit's verdict is exact").
+
+        ``False`` when the PUT filled a number gc had already folded into a
+        checkpoint and deleted: nobody reads it, so it is deleted and the caller
+        commits again. :class:`OutcomeUnknown` when no checkpoint still knows.
         """
         seq = rec.sequence
-        if seq > 1 and self.store.exists(record_key(seq - 1)):
-            return
-        ck = self._relist()
-        if ck is None or ck.sequence < seq or ck.recent.get(seq) == rec.digest():
-            return
-        try:  # nobody reads it (readers start at the checkpoint); tidy up
-            self.store.delete(record_key(seq))
-        except Exception as exc:  # noqa: BLE001 - the next collection deletes it anyway
-            log.warning("could not delete orphaned commit record %d: %s", seq, exc)
-        raise CommitRefused(
-            f"run the job again: its commit record {seq} stalled so long that garbage "
-            f"collection had already folded record {seq} into checkpoint {ck.sequence} and "
-            "deleted it, so this record would never be read. Nothing was committed")
-
-    def _check_ranges(self, ranges: list[CommittedRange], seq: int, ordered_epochs: bool) -> None:
-        """Refuse ranges a garbage collection before ``seq`` released, or (with
-        ``ordered_epochs``) that a newer committed epoch of their shard superseded."""
-        if not ranges:
-            return
-        state = self._fold(seq - 1)
-        for r in ranges:
-            floor = state.floors.get(r.shard_id, 0)
-            if r.first < floor:
-                raise CommitRefused(
-                    f"run the job again: garbage collection released WAL positions below "
-                    f"{floor} of shard {r.shard_id} while this job ran (its writer, epoch "
-                    f"{r.epoch}, was fenced), so positions {r.first}..{r.last} cannot be "
-                    "committed. Nothing was committed")
-            newer = state.epochs.get(r.shard_id, 0)
-            if ordered_epochs and r.epoch < newer:
-                raise CommitRefused(
-                    f"run the job again: shard {r.shard_id} already has a commit of a newer "
-                    f"writer (epoch {newer}) than this job's (epoch {r.epoch}), and a shard's "
-                    "writers commit in epoch order so that every reader agrees on each key's "
-                    "newest value. Nothing was committed")
+        covering = sorted(s for s in self._checkpoint_sequences() if s >= seq)
+        if not covering:
+            return True  # no collector has folded ``seq``: every fold will read ours
+        for ck_seq in covering:
+            ck = self._read_checkpoint(ck_seq)
+            if ck is None:
+                continue
+            self._adopt(ck)
+            digest = ck.recent.get(seq)
+            if digest == rec.digest():
+                return True
+            if digest is None:
+                break
+            try:  # nobody reads it (readers start at the checkpoint); tidy up
+                self.store.delete(record_key(seq))
+            except Exception as exc:  # noqa: BLE001 - the next collection deletes it anyway
+                log.warning("could not delete orphaned commit record %d: %s", seq, exc)
+            log.warning("commit record %d filled a number garbage collection had already "
+                        "folded into checkpoint %d; committing again at a new number", seq, ck_seq)
+            return False
+        raise OutcomeUnknown(
+            f"look the job up by its txnAppId or in the table's history (job {rec.job_id}): its "
+            f"commit record {seq} stalled so long that garbage collection folded and removed the "
+            "records around it, and no stored checkpoint still says whose record it folded there")
 
     def _auto_checkpoint(self, seq: int) -> None:
         if not self.checkpoint_interval or seq % self.checkpoint_interval:
@@ -494,6 +641,44 @@ class CommitLog:
     def state(self) -> Checkpoint:
         """Every record folded (from the latest checkpoint on): a copy to read."""
         return self._fold().copy()
+
+def check_ranges(state: Checkpoint, ranges: list[CommittedRange], ordered_epochs: bool) -> None:
+    """Refuse ranges a garbage collection folded into ``state`` released, or (with
+    ``ordered_epochs``) that a newer committed epoch of their shard superseded."""
+    for r in ranges:
+        floor = state.floors.get(r.shard_id, 0)
+        if r.first < floor:
+            raise CommitRefused(
+                f"run the job again: garbage collection released WAL positions below "
+                f"{floor} of shard {r.shard_id} while this job ran (its writer, epoch "
+                f"{r.epoch}, was fenced), so positions {r.first}..{r.last} cannot be "
+                "committed. Nothing was committed")
+        newer = state.epochs.get(r.shard_id, 0)
+        if ordered_epochs and r.epoch < newer:
+            raise CommitRefused(
+                f"run the job again: shard {r.shard_id} already has a commit of a newer "
+                f"writer (epoch {newer}) than this job's (epoch {r.epoch}), and a shard's "
+                "writers commit in epoch order so that every reader agrees on each key's "
+                "newest value. Nothing was committed")
+
+
+def judge(state: Checkpoint, part: Member, sequence: int) -> Member:
+    """Another job's verdict in a group record at ``sequence``, applied to ``state``.
+
+    The same checks its owner would make (idempotency key, floors, epochs); all
+    of them only grow with the log, so owner and leader always agree.
+    """
+    if part.txn_app_id is not None and part.txn_version is not None:
+        prior = state.txn.get(part.txn_app_id)
+        if prior is not None and prior[0] >= part.txn_version:
+            return replace(part, verdict=DUPLICATE, prior=prior[1])
+    try:
+        check_ranges(state, part.ranges, part.ordered)
+    except CommitRefused as exc:
+        return replace(part, verdict=REFUSED, reason=str(exc))
+    state.apply(part, sequence)
+    return part
+
 
 class SequenceTaken(MemWalError):
     """``append(at_sequence=n)`` found record ``n`` taken: re-plan against it."""

@@ -17,8 +17,9 @@ from .errors import CorruptEntryError, MemWalError
 
 COMMITS_DIR = "_memwal_commits"
 CHECKPOINTS_DIR = f"{COMMITS_DIR}/_checkpoints"
+INTENTS_DIR = f"{COMMITS_DIR}/_intents"  # pending commits waiting to join a group record
 LAST_CHECKPOINT_KEY = f"{COMMITS_DIR}/_last_checkpoint.json"
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: group records (``members``); records of one job are still written as 1
 CHECKPOINT_FORMAT = 1
 RECENT = 256  # record digests a checkpoint keeps, so a stalled committer can tell its own
 APPEND = "append"
@@ -27,6 +28,7 @@ OVERWRITE = "overwrite"
 # keeps. No later record may name a position below a shard's floor.
 GC = "gc"
 KINDS = (APPEND, OVERWRITE, GC)
+COMMITTED, DUPLICATE, REFUSED = "committed", "duplicate", "refused"  # a member's verdict
 
 
 def record_key(sequence: int) -> str:
@@ -68,6 +70,36 @@ def _range_from_dict(d: dict) -> CommittedRange:
 
 
 @dataclass
+class Member:
+    """One job's part of a group record (see docs/protocol.md, group commit).
+
+    ``verdict`` is :data:`COMMITTED` (its ranges are in the record's ``ranges``),
+    :data:`DUPLICATE` (its idempotency key was already committed by record
+    ``prior``) or :data:`REFUSED` (``reason`` says why; nothing of it committed).
+    """
+
+    job_id: str
+    ranges: list[CommittedRange]
+    intent_id: str | None = None
+    writer_group: str = ""
+    query_id: str | None = None
+    batch_id: int | None = None
+    txn_app_id: str | None = None
+    txn_version: int | None = None
+    ordered: bool = False
+    verdict: str = COMMITTED
+    reason: str = ""
+    prior: int | None = None
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), ranges=[_range_to_dict(r) for r in self.ranges])
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Member:
+        return cls(**dict(d, ranges=[_range_from_dict(r) for r in d.get("ranges", [])]))
+
+
+@dataclass
 class CommitRecord:
     """One atomic commit of one job or micro-batch."""
 
@@ -85,13 +117,42 @@ class CommitRecord:
     # Its shards commit in epoch order (sharded tables): a newer committed epoch proves
     # an older uncommitted attempt of that shard dead. See CommitLog.superseded.
     ordered: bool = False
+    # The intent this record commits for its own job, if it wrote one first.
+    intent_id: str | None = None
+    # A group record: every job it commits or answers, its writer's first. Empty for a
+    # record of one job, whose fields above are that job's.
+    members: list[Member] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         """The record's storage form."""
         body = asdict(self)
-        body["format"] = RECORD_FORMAT
+        body["format"] = 2 if self.members else 1
         body["ranges"] = [_range_to_dict(r) for r in self.ranges]
+        if self.members:
+            body["members"] = [m.to_dict() for m in self.members]
+        else:
+            del body["members"]
+        if self.intent_id is None:
+            del body["intent_id"]
         return json.dumps(body, sort_keys=True).encode()
+
+    def parts(self) -> list[Member]:
+        """The jobs this record answers: its members, or the one job it is."""
+        if self.members:
+            return self.members
+        return [Member(job_id=self.job_id, ranges=self.ranges, intent_id=self.intent_id,
+                       writer_group=self.writer_group, query_id=self.query_id,
+                       batch_id=self.batch_id, txn_app_id=self.txn_app_id,
+                       txn_version=self.txn_version, ordered=self.ordered)]
+
+    def member_view(self, m: Member) -> CommitRecord:
+        """The record as one of its members sees it (its own job, its own ranges)."""
+        return CommitRecord(sequence=self.sequence, kind=self.kind, job_id=m.job_id,
+                            ranges=list(m.ranges), created_ms=self.created_ms,
+                            writer_group=m.writer_group, query_id=m.query_id,
+                            batch_id=m.batch_id, extra=dict(self.extra),
+                            txn_app_id=m.txn_app_id, txn_version=m.txn_version,
+                            ordered=m.ordered, intent_id=m.intent_id)
 
     def digest(self) -> str:
         """A short fingerprint of the record (checkpoints keep the recent ones)."""
@@ -114,7 +175,9 @@ class CommitRecord:
                        query_id=body.get("query_id"), batch_id=body.get("batch_id"),
                        extra=body.get("extra", {}), txn_app_id=body.get("txn_app_id"),
                        txn_version=body.get("txn_version"),
-                       ordered=bool(body.get("ordered", False)))
+                       ordered=bool(body.get("ordered", False)),
+                       intent_id=body.get("intent_id"),
+                       members=[Member.from_dict(m) for m in body.get("members", [])])
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError) as exc:
@@ -174,8 +237,9 @@ class Checkpoint:
             self.last_data = self.sequence
         if len(self.recent) > RECENT:
             del self.recent[min(self.recent)]
-        for r in rec.ranges if rec.ordered else ():
-            self.epochs[r.shard_id] = max(r.epoch, self.epochs.get(r.shard_id, 0))
+        for part in rec.parts():
+            if part.verdict == COMMITTED:
+                self.apply(part)
         if rec.kind == GC:
             for shard, floor in rec.extra.get("floors", {}).items():
                 self.floors[shard] = max(int(floor), self.floors.get(shard, 0))
@@ -188,10 +252,17 @@ class Checkpoint:
             self.visible = []
             self.last_overwrite = self.sequence
         self.visible.extend(replace(r, sequence=self.sequence) for r in rec.ranges)
-        if rec.txn_app_id is not None and rec.txn_version is not None:
-            prior = self.txn.get(rec.txn_app_id)
-            if prior is None or rec.txn_version >= prior[0]:
-                self.txn[rec.txn_app_id] = (rec.txn_version, self.sequence, rec.job_id)
+
+    def apply(self, part: Member, sequence: int | None = None) -> None:
+        """A committed job's epochs and idempotency key (at ``sequence``, default ours)."""
+        for r in part.ranges if part.ordered else ():
+            self.epochs[r.shard_id] = max(r.epoch, self.epochs.get(r.shard_id, 0))
+        if part.txn_app_id is not None and part.txn_version is not None:
+            prior = self.txn.get(part.txn_app_id)
+            if prior is None or part.txn_version >= prior[0]:
+                self.txn[part.txn_app_id] = (part.txn_version,
+                                             self.sequence if sequence is None else sequence,
+                                             part.job_id)
 
     def copy(self) -> Checkpoint:
         """A copy that folding does not share."""

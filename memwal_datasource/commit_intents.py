@@ -1,0 +1,140 @@
+"""Pending commits (intents): how concurrent jobs share one commit record.
+
+A committer that meets contention on the commit sequence writes an intent,
+``_memwal_commits/_intents/{intent_id}.json``, under a key nobody else uses (a
+plain PUT that cannot collide), and the oldest fresh intent's owner puts one
+group record holding every pending intent it can validate. The argument for
+why this is exactly once is in docs/protocol.md ("Committing at scale").
+
+This module is the intents' storage form and the few decisions about them
+(who leads, which are fresh); :mod:`memwal_datasource.commit` does the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from .commit_format import INTENTS_DIR, CommitRecord
+from .errors import CorruptEntryError
+from .store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+INTENT_FORMAT = 1
+
+
+def intent_key(intent_id: str) -> str:
+    """Where intent ``intent_id`` is stored."""
+    return f"{INTENTS_DIR}/{intent_id}.json"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A job's record body waiting for a group record to commit it.
+
+    ``after`` is a sequence number that was stored before the intent was
+    written, so no record at or below it can hold the intent.
+    """
+
+    intent_id: str
+    after: int
+    created_ms: int
+    record: CommitRecord
+
+    @classmethod
+    def new(cls, record: CommitRecord, after: int) -> Intent:
+        # The time prefix makes keys list in age order; the uuid makes them unique.
+        now = int(time.time() * 1000)
+        return cls(f"{now:015d}-{uuid.uuid4().hex}", after, now, record)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": INTENT_FORMAT, "intent_id": self.intent_id,
+                           "after": self.after, "created_ms": self.created_ms,
+                           "record": json.loads(self.record.to_json())},
+                          sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> Intent:
+        try:
+            body = json.loads(data)
+            rec = CommitRecord.from_json(json.dumps(body["record"]).encode(), where)
+            return cls(str(body["intent_id"]), int(body["after"]), int(body["created_ms"]), rec)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntryError(f"commit intent {where} is corrupt: {exc}") from None
+
+    def fresh(self, now_ms: int, max_age_s: float) -> bool:
+        """Young enough for another committer to take (see docs/protocol.md)."""
+        return now_ms - self.created_ms < max_age_s * 1000
+
+    def order(self) -> tuple[int, str]:
+        """Leaders are chosen oldest first; the id breaks ties."""
+        return (self.created_ms, self.intent_id)
+
+
+class Intents:
+    """The table's pending intents; each is read once (intents are immutable)."""
+
+    def __init__(self, store: ObjectStore):
+        self.store = store
+        self._cache: dict[str, Intent] = {}
+
+    def write(self, intent: Intent) -> None:
+        """Store ``intent`` (a unique key: a plain PUT, nothing to race)."""
+        self.store.put(intent_key(intent.intent_id), intent.to_json())
+        self._cache[intent.intent_id] = intent
+
+    def delete(self, intent: Intent) -> None:
+        """Best effort: a leftover intent only costs listings until gc removes it."""
+        self._cache.pop(intent.intent_id, None)
+        try:
+            self.store.delete(intent_key(intent.intent_id))
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - gc removes stale intents
+            log.debug("could not delete commit intent %s: %s", intent.intent_id, exc)
+
+    def any_pending(self) -> bool:
+        """Whether any intent is stored (one LIST)."""
+        return any(k.endswith(".json") for k in self.store.list(INTENTS_DIR + "/"))
+
+    def pending(self, now_ms: int, max_age_s: float) -> list[Intent]:
+        """The stored intents young enough to take, oldest first.
+
+        An intent that vanished between LIST and GET was answered and deleted
+        by its owner; a damaged one is skipped with a warning (its owner, if
+        alive, commits it itself).
+        """
+        out = []
+        for key in self.store.list(INTENTS_DIR + "/"):
+            name = key.rsplit("/", 1)[-1]
+            if not name.endswith(".json"):
+                continue
+            iid = name[:-5]
+            if iid[:15].isdigit() and now_ms - int(iid[:15]) >= max_age_s * 1000:
+                continue  # stale by its name: no GET needed
+            intent = self._cache.get(iid)
+            if intent is None:
+                try:
+                    intent = Intent.from_json(self.store.get(key), self.store.describe(key))
+                except FileNotFoundError:
+                    continue
+                except CorruptEntryError as exc:
+                    log.warning("skipping %s", exc)
+                    continue
+                self._cache[iid] = intent
+            if intent.fresh(now_ms, max_age_s):
+                out.append(intent)
+        return sorted(out, key=Intent.order)
+
+    def stale_keys(self, now_ms: int, older_than_s: float) -> list[str]:
+        """Keys of intents older than ``older_than_s`` (for gc; judged by their names)."""
+        out = []
+        for key in self.store.list(INTENTS_DIR + "/"):
+            name = key.rsplit("/", 1)[-1]
+            if name[:15].isdigit() and now_ms - int(name[:15]) >= older_than_s * 1000:
+                out.append(key)
+        return out
