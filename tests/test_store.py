@@ -19,7 +19,6 @@ from memwal_datasource.errors import (
     UnsupportedStoreError,
 )
 from memwal_datasource.options import S3Options
-from memwal_datasource.s3_clients import obstore_config
 from memwal_datasource.store import (
     LocalStore,
     MemoryStore,
@@ -29,6 +28,7 @@ from memwal_datasource.store import (
     put_resolved,
     same_bytes,
 )
+from memwal_datasource.store.s3_clients import obstore_config
 from tests.fault_proxy import FaultRule
 
 
