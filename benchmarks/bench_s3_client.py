@@ -149,8 +149,8 @@ def make_boto3(ep: Endpoint) -> Client:
 def _make_store(ep: Endpoint, arrow: bool) -> Client:
     import pyarrow as pa
 
-    from memwal_datasource.s3_clients import obstore_config
     from memwal_datasource.store import S3Store, open_store
+    from memwal_datasource.store.s3_clients import obstore_config
 
     store = open_store(f"s3://{BUCKET}", ep.storage_options())
     assert isinstance(store, S3Store)

@@ -1,4 +1,5 @@
-"""The put-if-absent contract on every backend, plus backend-specific errors."""
+"""S3 (:mod:`memwal_datasource.store.s3`): errors, the obstore data path and its
+boto3 fallback in forked processes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 
 import pytest
@@ -16,111 +16,11 @@ from memwal_datasource.errors import (
     StoreAuthError,
     StoreNotFoundError,
     TransientStoreError,
-    UnsupportedStoreError,
 )
 from memwal_datasource.options import S3Options
-from memwal_datasource.s3_clients import obstore_config
-from memwal_datasource.store import (
-    LocalStore,
-    MemoryStore,
-    S3Store,
-    byte_view,
-    open_store,
-    put_resolved,
-    same_bytes,
-)
+from memwal_datasource.store import open_store, put_resolved
+from memwal_datasource.store.s3_clients import obstore_config
 from tests.fault_proxy import FaultRule
-
-
-def test_put_if_absent_contract(any_store):
-    any_store.put_if_absent("a/b/one", b"first")
-    with pytest.raises(FileExistsError) as info:
-        any_store.put_if_absent("a/b/one", b"second")
-    assert "a/b/one" in str(info.value)
-    assert any_store.get("a/b/one") == b"first"  # the loser changed nothing
-    assert any_store.exists("a/b/one")
-    assert any_store.head("a/b/one") == 5
-    assert not any_store.exists("a/b/two")
-    assert any_store.head("a/b/two") is None
-
-
-def test_get_missing_raises_file_not_found(any_store):
-    with pytest.raises(FileNotFoundError):
-        any_store.get("nope/missing")
-
-
-def test_put_overwrites_and_delete(any_store):
-    any_store.put("h/hint.json", b"1")
-    any_store.put("h/hint.json", b"2")
-    assert any_store.get("h/hint.json") == b"2"
-    any_store.delete("h/hint.json")
-    assert not any_store.exists("h/hint.json")
-    any_store.delete("h/hint.json")  # missing is fine
-
-
-def test_list_and_list_dirs(any_store):
-    for key in ("_mem_wal/s1/wal/x.arrow", "_mem_wal/s1/manifest/y.binpb",
-                "_mem_wal/s2/wal/z.arrow", "other/k"):
-        any_store.put_if_absent(key, b"v")
-    assert sorted(any_store.list("_mem_wal/s1/")) == [
-        "_mem_wal/s1/manifest/y.binpb", "_mem_wal/s1/wal/x.arrow"]
-    assert any_store.list_dirs("_mem_wal") == ["s1", "s2"]
-    assert any_store.list_dirs("_mem_wal/") == ["s1", "s2"]
-    assert list(any_store.list("absent/")) == []
-    assert any_store.list_dirs("absent") == []
-
-
-def test_concurrent_put_if_absent_has_one_winner(any_store):
-    n = 8
-    wins: list[int] = []
-    barrier = threading.Barrier(n)
-
-    def attempt(i: int) -> None:
-        barrier.wait()
-        try:
-            any_store.put_if_absent("race/key", f"writer-{i}".encode())
-            wins.append(i)
-        except FileExistsError:
-            pass
-
-    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(wins) == 1
-    assert any_store.get("race/key") == f"writer-{wins[0]}".encode()
-
-
-def test_local_store_leaves_no_temp_files(tmp_path):
-    store = LocalStore(str(tmp_path))
-    store.put_if_absent("d/k", b"x")
-    with pytest.raises(FileExistsError):
-        store.put_if_absent("d/k", b"y")
-    assert os.listdir(tmp_path / "d") == ["k"]
-
-
-def test_local_store_ignores_hidden_temp_files_in_listing(tmp_path):
-    store = LocalStore(str(tmp_path))
-    store.put_if_absent("d/k", b"x")
-    (tmp_path / "d" / ".k.123.tmp").write_bytes(b"half")  # a crashed writer's leftover
-    assert list(store.list("d/")) == ["d/k"]
-
-
-def test_open_store_by_scheme(tmp_path):
-    assert isinstance(open_store(str(tmp_path)), LocalStore)
-    assert isinstance(open_store(f"file://{tmp_path}"), LocalStore)
-    assert open_store(f"file://{tmp_path}").root == str(tmp_path)
-    assert isinstance(open_store("memory://x"), MemoryStore)
-    MemoryStore.reset("x")
-    s3 = open_store("s3://bucket/prefix/t.lance", {"aws_region": "us-east-1"})
-    assert isinstance(s3, S3Store) and s3.prefix == "prefix/t.lance"
-
-
-@pytest.mark.parametrize("uri", ["gcs://b/t", "azure://c/t", "hdfs://nn/t", "http://h/t"])
-def test_unknown_scheme_is_refused(uri):
-    with pytest.raises(UnsupportedStoreError, match="conditional writes"):
-        open_store(uri)
 
 
 def test_plain_http_endpoint_needs_allow_http():
@@ -152,61 +52,6 @@ def test_s3_options_repr_hides_secret(s3_table):
     store = open_store(uri, opts)
     assert opts["aws_secret_access_key"] not in repr(store.options)
 
-
-# --- payloads: any bytes-like object --------------------------------------------------
-
-def _payloads() -> dict[str, object]:
-    import numpy as np
-    import pyarrow as pa
-
-    raw = bytes(range(256)) * 5
-    return {"bytes": raw, "bytearray": bytearray(raw), "memoryview": memoryview(raw)[7:900],
-            "pyarrow.Buffer": pa.py_buffer(raw), "pyarrow slice": pa.py_buffer(raw).slice(3, 500),
-            "numpy uint8": np.frombuffer(raw, dtype=np.uint8)}
-
-
-def test_bytes_like_payloads_round_trip(any_store):
-    for name, payload in _payloads().items():
-        expected = bytes(memoryview(payload).cast("B"))
-        any_store.put_if_absent(f"p/{name}", payload)
-        assert any_store.get(f"p/{name}") == expected, name
-        assert any_store.head(f"p/{name}") == len(expected)
-        any_store.put(f"h/{name}", payload)
-        assert any_store.get(f"h/{name}") == expected, name
-
-
-def test_memory_store_keeps_its_own_copy():
-    store = MemoryStore(uuid.uuid4().hex)
-    buf = bytearray(b"abc")
-    store.put_if_absent("k", buf)
-    buf[0:1] = b"X"  # the writer reuses its buffer
-    assert store.get("k") == b"abc"
-
-
-def test_put_resolved_reads_back_any_bytes_like(any_store):
-    import pyarrow as pa
-
-    data = pa.py_buffer(b"entry-bytes" * 100)
-    assert put_resolved(any_store, "r/k", data, retries=0, base_delay_ms=1, what="test")
-    # A second call finds the key: the read-back compares against a pyarrow Buffer.
-    assert put_resolved(any_store, "r/k", data, retries=0, base_delay_ms=1, what="test")
-    assert not put_resolved(any_store, "r/k", memoryview(b"other"), retries=0,
-                            base_delay_ms=1, what="test")
-
-
-def test_byte_view_copies_nothing_for_contiguous_buffers():
-    import pyarrow as pa
-
-    buf = pa.py_buffer(b"xyz")
-    view = byte_view(buf)
-    assert view.format == "B" and view.obj is buf  # the Arrow memory itself
-    raw = bytearray(b"abcd")
-    assert byte_view(memoryview(raw)[1:3]).tobytes() == b"bc"
-    assert byte_view(memoryview(raw)[::2]).tobytes() == b"ac"  # strided: copied
-    assert same_bytes(b"xyz", buf) and not same_bytes(b"xy", buf)
-
-
-# --- S3: the obstore data path ----------------------------------------------------------
 
 @pytest.mark.s3
 @pytest.mark.parametrize("status", [409, 500, 503])
@@ -343,22 +188,6 @@ def test_s3_credentials_from_the_aws_chain(s3_server, s3_bucket, tmp_path, monke
     assert store.data_client() == "obstore"
     store.put_if_absent("k", b"v")
     assert store.get("k") == b"v" and list(store.list("")) == ["k"]
-
-
-def test_local_path_is_one_plain_absolute_path(tmp_path, monkeypatch):
-    from memwal_datasource.store import local_path
-
-    spaced = tmp_path / "a b" / "t.lance"
-    assert local_path(spaced.as_uri()) == str(spaced)  # %20 decoded, as Lance decodes it
-    assert local_path(str(spaced)) == str(spaced)
-    assert local_path("file://localhost" + str(spaced)) == str(spaced)
-    monkeypatch.chdir(tmp_path)
-    assert local_path("rel/t.lance") == str(tmp_path / "rel" / "t.lance")
-    assert local_path("s3://b/t.lance") is None and local_path("memory://x") is None
-    assert open_store(spaced.as_uri()).root == open_store(str(spaced)).root == str(spaced)
-    with pytest.raises(UnsupportedStoreError) as err:
-        local_path("file://tmp/t.lance")
-    assert str(err.value).startswith("write file:///tmp/t.lance (three slashes) or a plain path")
 
 
 @pytest.mark.s3

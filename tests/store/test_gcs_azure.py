@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from memwal_datasource.azure_store import AzureStore
 from memwal_datasource.errors import (
     ConfigError,
     StoreAuthError,
     StoreNotFoundError,
     TransientStoreError,
 )
-from memwal_datasource.gcs_store import GCSStore
 from memwal_datasource.spark.source import _check_store
 from memwal_datasource.store import open_store, put_resolved
+from memwal_datasource.store.azure import AzureStore
+from memwal_datasource.store.gcs import GCSStore
 from tests.cloud_emulators import EmulatorUnavailable, GcsXmlGateway, require_put_if_absent
 from tests.fault_proxy import FaultRule
 

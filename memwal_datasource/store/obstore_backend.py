@@ -1,23 +1,28 @@
-"""The shared base of object stores reached only through obstore (GCS, Azure Blob).
+"""The shared base of object stores reached only through obstore (GCS, Azure Blob),
+and what every obstore user shares (S3's data path too): the fork guard and the
+reading of obstore's error text.
 
-Each backend module (:mod:`.gcs_store`, :mod:`.azure_store`) says how to build its
-obstore client and which answers mean "the key already exists"; this module holds
-the rest of the :class:`~memwal_datasource.store.ObjectStore` contract:
+Each backend module (:mod:`.gcs`, :mod:`.azure`) says how to build its obstore
+client; this module holds the rest of the
+:class:`~memwal_datasource.store.base.ObjectStore` contract:
 
 * ``put_if_absent`` is one create-only PUT (``obstore.put(..., mode="create")``)
   on a client with ``max_retries=0``: an SDK retry of a PUT whose response was
   lost comes back "exists" and would look like another writer's object. An
-  "exists" answer raises ``FileExistsError``; every other failure raises
+  "exists" answer (:func:`~.base.conditional_put_outcome`, shared with S3) raises
+  ``FileExistsError``; every other failure raises
   :class:`~memwal_datasource.errors.TransientStoreError` (the object may or may
-  not have landed) and :func:`~memwal_datasource.store.put_resolved` retries at
-  the same key with the same bytes and reads collisions back.
+  not have landed) and :func:`~.base.put_resolved` retries at the same key with
+  the same bytes and reads collisions back.
 * reads, listings, deletes and hint PUTs keep the client's retries
   (``s3_max_attempts``, which applies to every object store).
 
 Clients are built once per process and configuration. obstore's runtime does
 not survive ``fork()`` (see :mod:`.s3_clients`), and these backends have no
 boto3 to fall back on, so a process forked from one that used obstore is refused
-with an error that says to use the ``spawn`` start method.
+with an error that says to use the ``spawn`` start method. obstore itself is
+imported inside the methods that call it, to keep it lazy: importing the package
+must not start its runtime.
 """
 
 from __future__ import annotations
@@ -31,15 +36,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import s3_clients
-from .errors import (
+from ..errors import (
     ConfigError,
     StoreAuthError,
     StoreError,
     StoreNotFoundError,
     TransientStoreError,
 )
-from .options import (
+from ..options import (
     ALLOW_HTTP,
     OUR_KEYS,
     REDACTED,
@@ -54,13 +58,40 @@ from .options import (
     scrub_url,
     secret_values,
 )
-from .store import BytesLike, ObjectStore, _dir_prefix, byte_view
+from .base import BytesLike, ObjectStore, _dir_prefix, byte_view, conditional_put_error
 
 _LOCK = threading.Lock()
 _CLIENTS: dict[tuple, Any] = {}
 _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _KIND = re.compile(r"kind: (\w+)")
+# The process whose calls started obstore's runtime (inherited by forked children).
+_OBSTORE_PID: int | None = None
+
+
+def obstore_usable() -> bool:
+    """True unless this process was forked from one that already ran obstore calls."""
+    return _OBSTORE_PID is None or _OBSTORE_PID == os.getpid()
+
+
+def note_obstore_use() -> None:
+    """Record that this process runs obstore calls (its forked children then cannot)."""
+    global _OBSTORE_PID
+    if _OBSTORE_PID is None:
+        _OBSTORE_PID = os.getpid()
+
+
+def parse_obstore_error(exc: BaseException) -> tuple[int | None, str, str | None]:
+    """``(status, code, kind)`` read from an obstore error's text: the HTTP status
+    (``None`` if it carries none), the service's error code (else ``"HTTP <status>"``,
+    else ``""``) and, for a failure without a response, its kind (``None`` if unsaid)."""
+    text = str(exc)
+    match = _STATUS.search(text)
+    status = int(match.group(1)) if match else None
+    found = _CODE.search(text)
+    code = found.group(1) if found else (f"HTTP {status}" if status else "")
+    kind = _KIND.search(text)
+    return status, code, kind.group(1) if kind else None
 
 
 @dataclass(frozen=True)
@@ -130,7 +161,7 @@ class ObstoreStore(ObjectStore):
 
     Subclasses set ``service`` (for messages), ``container_word`` ("bucket",
     "container"), ``container``, ``prefix``, ``options``, ``uri``, and implement
-    :meth:`_new_client` and :meth:`_is_exists`.
+    :meth:`_new_client`.
     """
 
     service: str = "object store"
@@ -146,10 +177,6 @@ class ObstoreStore(ObjectStore):
         """Build the obstore store (``retry`` is its ``retry_config``)."""
         raise NotImplementedError
 
-    def _is_exists(self, status: int | None, code: str) -> bool:
-        """True if a create-only PUT's failure means the key already exists."""
-        return status == 412
-
     def _endpoint_name(self) -> str:
         return f"the {self.service} endpoint"
 
@@ -162,7 +189,7 @@ class ObstoreStore(ObjectStore):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _client(self, conditional: bool) -> Any:
-        if not s3_clients.obstore_usable():
+        if not obstore_usable():
             raise StoreError(
                 f"start this process with multiprocessing's 'spawn' method (or a fresh "
                 f"interpreter): it was forked from one that already used obstore, whose "
@@ -184,7 +211,7 @@ class ObstoreStore(ObjectStore):
                             f"{self.container_word} '{self.container}' cannot be configured "
                             f"({type(exc).__name__}: {self._first_line(exc)})") from None
                     _CLIENTS[key] = client
-        s3_clients.note_obstore_use()
+        note_obstore_use()
         return client
 
     def _first_line(self, exc: BaseException) -> str:
@@ -214,10 +241,11 @@ class ObstoreStore(ObjectStore):
              listing: bool = False) -> BaseException:
         """The package's exception for an obstore failure.
 
-        * a create-only PUT answered "exists" (412, or the backend's own 409 code:
-          :meth:`_is_exists`) -> ``FileExistsError``, whatever obstore class carries it
-          (object_store before apache/arrow-rs-object-store#830 reported Azure's as a
-          ``PreconditionError``);
+        * a create-only PUT's answer about the key -> :func:`~.base.conditional_put_error`:
+          "exists" (412, Azure's 409 ``BlobAlreadyExists``) -> ``FileExistsError``,
+          whatever obstore class carries it (object_store before
+          apache/arrow-rs-object-store#830 reported Azure's as a ``PreconditionError``),
+          any other 409 -> ``TransientStoreError``;
         * 404 -> ``FileNotFoundError``, or ``StoreNotFoundError`` for a missing bucket
           or container (and for any 404 on a PUT or a listing);
         * 401/403 -> ``StoreAuthError`` naming the options to check, never their values;
@@ -225,9 +253,9 @@ class ObstoreStore(ObjectStore):
           ``TransientStoreError`` (for a PUT: it may or may not have landed);
         * any other status -> ``StoreError``.
         """
-        from obstore.exceptions import (
-            AlreadyExistsError,
+        from obstore.exceptions import (  # lazy (module docstring)
             BaseError,
+            NotModifiedError,
             PermissionDeniedError,
             PreconditionError,
             UnauthenticatedError,
@@ -236,14 +264,13 @@ class ObstoreStore(ObjectStore):
         if not isinstance(exc, (BaseError, OSError)):
             return exc  # a programming error (a bad payload type, ...): raised as it is
         where = self.describe(key)
-        text = str(exc)
-        match = _STATUS.search(text)
-        status = int(match.group(1)) if match else None
-        found = _CODE.search(text)
-        code = found.group(1) if found else (f"HTTP {status}" if status else "")
-        if conditional and (self._is_exists(status, code) or (
-                status is None and isinstance(exc, (AlreadyExistsError, PreconditionError)))):
-            return FileExistsError(where)
+        status, code, kind = parse_obstore_error(exc)
+        if conditional:
+            mapped = conditional_put_error(
+                status, code, where,
+                precondition_failed=isinstance(exc, (PreconditionError, NotModifiedError)))
+            if mapped is not None:
+                return mapped
         if isinstance(exc, FileNotFoundError) or status == 404:
             if conditional or listing or code in ("NoSuchBucket", "ContainerNotFound"):
                 return StoreNotFoundError(
@@ -258,10 +285,9 @@ class ObstoreStore(ObjectStore):
                 f"rejected the credentials for {self.container_word} '{self.container}' "
                 f"({code}) while accessing {where}")
         if status is None:
-            kind = _KIND.search(text)
             return TransientStoreError(
                 f"cannot reach {self.service} at {self._endpoint_name()} for {where}: "
-                f"{kind.group(1) if kind else type(exc).__name__}")
+                f"{kind or type(exc).__name__}")
         if status >= 500 or status in (408, 409, 412, 429):
             return TransientStoreError(f"{self.service} error on {where}: {code} (HTTP {status})")
         return StoreError(f"{self.service} error on {where}: {code} (HTTP {status})")
@@ -269,25 +295,25 @@ class ObstoreStore(ObjectStore):
     # -- the contract ----------------------------------------------------------------------
 
     def put_if_absent(self, key: str, data: BytesLike) -> None:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         view = byte_view(data)
         self._call(key, lambda st, path: obstore.put(st, path, view, mode="create"),
                    conditional=True)
 
     def put(self, key: str, data: BytesLike) -> None:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         view = byte_view(data)
         self._call(key, lambda st, path: obstore.put(st, path, view))
 
     def get(self, key: str) -> bytes:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         return self._call(key, lambda st, path: bytes(obstore.get(st, path).bytes()))
 
     def head(self, key: str) -> int | None:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         try:
             return int(self._call(key, lambda st, path: obstore.head(st, path)["size"]))
@@ -295,7 +321,7 @@ class ObstoreStore(ObjectStore):
             return None
 
     def modified_ms(self, key: str) -> int | None:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         try:
             stamp = self._call(key, lambda st, path: obstore.head(st, path)["last_modified"])
@@ -306,7 +332,7 @@ class ObstoreStore(ObjectStore):
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix``; a prefix that is not a whole directory
         (``wal/01``) lists its directory and keeps the matching names."""
-        import obstore
+        import obstore  # lazy (module docstring)
 
         if prefix and not prefix.endswith("/"):
             directory = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
@@ -324,7 +350,7 @@ class ObstoreStore(ObjectStore):
                 yield path[strip:]
 
     def list_dirs(self, prefix: str) -> list[str]:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         full = _dir_prefix(self._key(prefix))
 
@@ -335,7 +361,7 @@ class ObstoreStore(ObjectStore):
         return sorted(n for n in names if n)
 
     def delete(self, key: str) -> None:
-        import obstore
+        import obstore  # lazy (module docstring)
 
         try:
             self._call(key, lambda st, path: obstore.delete(st, path))

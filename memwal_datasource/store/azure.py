@@ -5,8 +5,9 @@ put-if-absent is Put Blob with ``If-None-Match: *`` (obstore's ``mode="create"``
 Azure answers 409 ``BlobAlreadyExists`` (412 ``ConditionNotMet`` on some paths);
 both mean the key exists. object_store before apache/arrow-rs-object-store#830
 surfaced the 412 as ``PreconditionError`` instead of ``AlreadyExistsError``: the
-mapping here looks at the status and code, not the class, so both versions
-behave the same. Other 409s (a lease, a container being deleted) are transient.
+mapping (:func:`~.base.conditional_put_outcome`, shared by every backend) looks at
+the status and code, not the class, so both versions behave the same. Other 409s
+(a lease, a container being deleted) are transient.
 
 Storage options are ``object_store``'s ``azure_*`` keys, passed through
 unchanged (pylance takes the same): ``azure_storage_account_name``,
@@ -22,15 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import StoreError
-from .obstore_store import ObstoreOptions, ObstoreStore
-from .options import scrub_url
+from ..errors import StoreError
+from ..options import scrub_url
+from .obstore_backend import ObstoreOptions, ObstoreStore
 
 AZURE_SCHEMES = ("az", "abfss")
 _OPTION_PREFIX = "azure_"
 ACCOUNT_NAME = "azure_storage_account_name"
 ENDPOINT = "azure_endpoint"
-_EXISTS_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet"})
 
 
 class AzureStore(ObstoreStore):
@@ -80,10 +80,7 @@ class AzureStore(ObstoreStore):
         return f"account '{account}'" if account else "the default Azure endpoint"
 
     def _new_client(self, retry: dict[str, Any]) -> Any:
-        from obstore.store import AzureStore as ObAzureStore
+        from obstore.store import AzureStore as ObAzureStore  # lazy: obstore on first use
 
         return ObAzureStore(self.container, config=dict(self.options.config),
                             client_options=self.options.client_options(), retry_config=retry)
-
-    def _is_exists(self, status: int | None, code: str) -> bool:
-        return status == 412 or (status == 409 and code in _EXISTS_CODES)

@@ -1,7 +1,8 @@
 """Google Cloud Storage: ``gs://bucket/prefix``.
 
 put-if-absent is an object PUT with ``x-goog-if-generation-match: 0`` (obstore's
-``mode="create"``); GCS answers 412 when the object exists. Storage options are
+``mode="create"``); GCS answers 412 when the object exists
+(:func:`~.base.conditional_put_outcome`). Storage options are
 ``object_store``'s ``google_*`` keys, passed through unchanged, so the same
 mapping configures pylance: ``google_service_account`` (path to a service-account
 JSON file; its ``gcs_base_url`` field points a client at an emulator),
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .obstore_store import ObstoreOptions, ObstoreStore
+from .obstore_backend import ObstoreOptions, ObstoreStore
 
 GCS_SCHEMES = ("gs",)
 _OPTION_PREFIX = "google_"
@@ -46,10 +47,7 @@ class GCSStore(ObstoreStore):
                                                                      _OPTION_PREFIX))
 
     def _new_client(self, retry: dict[str, Any]) -> Any:
-        from obstore.store import GCSStore as ObGCSStore
+        from obstore.store import GCSStore as ObGCSStore  # lazy: obstore on first use
 
         return ObGCSStore(self.container, config=dict(self.options.config),
                           client_options=self.options.client_options(), retry_config=retry)
-
-    def _is_exists(self, status: int | None, code: str) -> bool:
-        return status == 412  # conditionNotMet / PreconditionFailed

@@ -1,4 +1,4 @@
-"""Process-wide S3 clients for :class:`memwal_datasource.store.S3Store`.
+"""Process-wide S3 clients for :class:`memwal_datasource.store.s3.S3Store`.
 
 Two clients, each built once per process and configuration:
 
@@ -8,7 +8,7 @@ Two clients, each built once per process and configuration:
   boto3's (``benchmarks/bench_s3_client.py``). The store used for
   conditional PUTs has ``max_retries=0``: a conditional PUT whose response
   was lost must never be re-sent by the SDK (the re-send comes back 412 and
-  looks like another writer's object); ``store.put_resolved`` retries and
+  looks like another writer's object); :func:`~.base.put_resolved` retries and
   resolves it by reading back.
 * **boto3** keeps listings (S3's raw string prefixes and ``Delimiter``;
   ``object_store`` lists by whole path segments), deletes and the bucket
@@ -19,40 +19,28 @@ obstore runs its requests on one global tokio runtime whose worker threads do
 not survive ``fork()``: a forked child that touches obstore, through any
 store, old or new, hangs. Spark's Python workers fork from a daemon that never
 runs our code, so they get obstore; a process forked from one that did (our
-kill tests, ``multiprocessing`` with fork) uses boto3 instead. Nothing here
-touches obstore at import time, and clients are cached per pid; a parent's
-clients are kept referenced, never dropped, in the child (dropping a Rust
-client there could block on the dead runtime as well).
+kill tests, ``multiprocessing`` with fork) uses boto3 instead
+(:func:`~.obstore_backend.obstore_usable`). Nothing here touches obstore or
+boto3 at import time (both are imported inside the functions that build clients,
+to keep them lazy), and clients are cached per pid; a parent's clients are kept
+referenced, never dropped, in the child (dropping a Rust client there could
+block on the dead runtime as well).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import threading
 from datetime import timedelta
 from typing import Any
 
-from .errors import StoreAuthError, StoreError, StoreNotFoundError, TransientStoreError
-from .options import S3Options, scrub, scrub_url
+from ..errors import StoreError
+from ..options import S3Options, scrub, scrub_url
+from .obstore_backend import note_obstore_use
 
 _LOCK = threading.Lock()
 _BOTO3: dict[tuple[int, S3Options, bool], Any] = {}
 _OBSTORES: dict[tuple[int, S3Options, str, bool], Any] = {}
-# The process whose calls started obstore's runtime (inherited by forked children).
-_OBSTORE_PID: int | None = None
-
-
-def obstore_usable() -> bool:
-    """True unless this process was forked from one that already ran obstore calls."""
-    return _OBSTORE_PID is None or _OBSTORE_PID == os.getpid()
-
-
-def note_obstore_use() -> None:
-    """Record that this process runs obstore calls (its forked children then cannot)."""
-    global _OBSTORE_PID
-    if _OBSTORE_PID is None:
-        _OBSTORE_PID = os.getpid()
 
 
 def boto3_client(options: S3Options, conditional: bool) -> Any:
@@ -69,7 +57,7 @@ def boto3_client(options: S3Options, conditional: bool) -> Any:
         client = _BOTO3.get(key)
         if client is not None:
             return client
-        import boto3
+        import boto3  # lazy (module docstring)
         from botocore.config import Config
 
         retries = ({"total_max_attempts": 1, "mode": "standard"} if conditional
@@ -130,7 +118,8 @@ def obstore_store(options: S3Options, bucket: str, conditional: bool) -> Any:
     """The obstore ``S3Store`` for ``bucket`` in this process (built once).
 
     ``conditional`` stores never retry; the others retry like boto3's
-    standard mode (``s3_max_attempts``). Call only when :func:`obstore_usable`.
+    standard mode (``s3_max_attempts``). Call only when
+    :func:`~.obstore_backend.obstore_usable`.
     """
     key = (os.getpid(), options, bucket, conditional)
     store = _OBSTORES.get(key)
@@ -144,7 +133,7 @@ def obstore_store(options: S3Options, bucket: str, conditional: bool) -> Any:
 
 
 def _new_obstore(options: S3Options, bucket: str, conditional: bool) -> Any:
-    from obstore.store import S3Store as ObS3Store
+    from obstore.store import S3Store as ObS3Store  # lazy (module docstring)
 
     config, client_options = obstore_config(options)
     retry = {"max_retries": 0 if conditional else max(0, options.max_attempts - 1)}
@@ -162,67 +151,13 @@ def _new_obstore(options: S3Options, bucket: str, conditional: bool) -> Any:
 
 
 def _boto3_credentials() -> Any:
-    import boto3
+    import boto3  # lazy (module docstring)
     from obstore.auth.boto3 import Boto3CredentialProvider
 
     session = boto3.session.Session()
     if session.get_credentials() is None:
         return None  # let object_store try its own chain; a failure names the bucket
     return Boto3CredentialProvider(session)
-
-
-_STATUS = re.compile(r"status code: (\d{3})")
-_CODE = re.compile(r"<Code>([^<]+)</Code>")
-_KIND = re.compile(r"kind: (\w+)")
-
-
-def obstore_error(exc: BaseException, *, where: str, bucket: str, endpoint: str,
-                  conditional: bool = False) -> BaseException:
-    """The package's exception for an obstore failure (the caller raises it).
-
-    * 412 on a conditional PUT -> ``FileExistsError`` (the key exists);
-    * 404 -> ``FileNotFoundError``, or ``StoreNotFoundError`` for a missing bucket;
-    * 403/401 -> ``StoreAuthError`` naming the options to check, never their values;
-    * 5xx, 408, 409, 429, timeouts, refused or reset connections -> ``TransientStoreError``
-      (for a PUT: it may or may not have landed);
-    * any other HTTP status -> ``StoreError``.
-    """
-    from obstore.exceptions import (
-        AlreadyExistsError,
-        BaseError,
-        PermissionDeniedError,
-        UnauthenticatedError,
-    )
-
-    if not isinstance(exc, (BaseError, OSError)):
-        return exc  # a programming error (a bad payload type, ...): raised as it is
-    text = str(exc)
-    match = _STATUS.search(text)
-    status = int(match.group(1)) if match else None
-    code_match = _CODE.search(text)
-    code = code_match.group(1) if code_match else (f"HTTP {status}" if status else "")
-    if isinstance(exc, AlreadyExistsError) or status == 412:
-        if status == 412 or status == 304:
-            return FileExistsError(where)
-        # object_store reports 409 Conflict as AlreadyExists too; S3 answers 409 to a
-        # conditional PUT racing another one: nothing is known, so it is transient.
-        return TransientStoreError(f"conflict writing {where}: {code} (HTTP {status})")
-    if isinstance(exc, FileNotFoundError) or status == 404:
-        if code == "NoSuchBucket" or (conditional and code != "NoSuchKey"):
-            return StoreNotFoundError(
-                f"bucket '{bucket}' does not exist at {endpoint} (while accessing {where})")
-        return FileNotFoundError(where)
-    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or status in (401, 403):
-        return StoreAuthError(
-            f"S3 at {endpoint} rejected the credentials for bucket '{bucket}' ({code}) while "
-            f"accessing {where}; check aws_access_key_id / aws_secret_access_key")
-    if status is None:
-        kind = _KIND.search(text)
-        return TransientStoreError(f"cannot reach S3 at {endpoint} for {where}: "
-                                   f"{kind.group(1) if kind else type(exc).__name__}")
-    if status >= 500 or status in (408, 409, 429):
-        return TransientStoreError(f"S3 error on {where}: {code} (HTTP {status})")
-    return StoreError(f"S3 error on {where}: {code} (HTTP {status})")
 
 
 def _first_line(exc: BaseException, options: S3Options) -> str:

@@ -1,0 +1,80 @@
+"""The in-process store (``memory://name``) for fast unit tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from .base import BytesLike, ObjectStore, _dir_prefix, byte_view
+
+
+class MemoryStore(ObjectStore):
+    """In-process store for fast unit tests; ``memory://name`` shares one dict."""
+
+    _registry: dict[str, dict[str, bytes]] = {}
+    _mtimes: dict[str, dict[str, int]] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, name: str = "default"):
+        self.uri = f"memory://{name}"
+        with self._registry_lock:
+            self._data = self._registry.setdefault(name, {})
+            self._times = self._mtimes.setdefault(name, {})
+        self._lock = threading.Lock()
+
+    @classmethod
+    def reset(cls, name: str) -> None:
+        """Forget every object of the named in-memory store."""
+        with cls._registry_lock:
+            cls._registry.pop(name, None)
+            cls._mtimes.pop(name, None)
+
+    def put_if_absent(self, key: str, data: BytesLike) -> None:
+        data = bytes(byte_view(data))  # a private copy: the caller may reuse its buffer
+        with self._lock:
+            if key in self._data:
+                raise FileExistsError(self.describe(key))
+            self._data[key] = data
+            self._times[key] = int(time.time() * 1000)
+
+    def put(self, key: str, data: BytesLike) -> None:
+        data = bytes(byte_view(data))
+        with self._lock:
+            self._data[key] = data
+            self._times[key] = int(time.time() * 1000)
+
+    def modified_ms(self, key: str) -> int | None:
+        with self._lock:
+            return self._times.get(key) if key in self._data else None
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            try:
+                return self._data[key]
+            except KeyError:
+                raise FileNotFoundError(self.describe(key)) from None
+
+    def head(self, key: str) -> int | None:
+        with self._lock:
+            data = self._data.get(key)
+        return None if data is None else len(data)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        with self._lock:
+            keys = [k for k in self._data if k.startswith(prefix)]
+        yield from keys
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        prefix = _dir_prefix(prefix)
+        with self._lock:
+            rest = [k[len(prefix):] for k in self._data if k.startswith(prefix)]
+        return sorted({r.split("/", 1)[0] for r in rest if "/" in r})
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+            self._times.pop(key, None)

@@ -1,0 +1,100 @@
+"""The ObjectStore contract (:mod:`memwal_datasource.store.base`) on every backend."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memwal_datasource.store import put_resolved
+
+
+def test_put_if_absent_contract(any_store):
+    any_store.put_if_absent("a/b/one", b"first")
+    with pytest.raises(FileExistsError) as info:
+        any_store.put_if_absent("a/b/one", b"second")
+    assert "a/b/one" in str(info.value)
+    assert any_store.get("a/b/one") == b"first"  # the loser changed nothing
+    assert any_store.exists("a/b/one")
+    assert any_store.head("a/b/one") == 5
+    assert not any_store.exists("a/b/two")
+    assert any_store.head("a/b/two") is None
+
+
+def test_get_missing_raises_file_not_found(any_store):
+    with pytest.raises(FileNotFoundError):
+        any_store.get("nope/missing")
+
+
+def test_put_overwrites_and_delete(any_store):
+    any_store.put("h/hint.json", b"1")
+    any_store.put("h/hint.json", b"2")
+    assert any_store.get("h/hint.json") == b"2"
+    any_store.delete("h/hint.json")
+    assert not any_store.exists("h/hint.json")
+    any_store.delete("h/hint.json")  # missing is fine
+
+
+def test_list_and_list_dirs(any_store):
+    for key in ("_mem_wal/s1/wal/x.arrow", "_mem_wal/s1/manifest/y.binpb",
+                "_mem_wal/s2/wal/z.arrow", "other/k"):
+        any_store.put_if_absent(key, b"v")
+    assert sorted(any_store.list("_mem_wal/s1/")) == [
+        "_mem_wal/s1/manifest/y.binpb", "_mem_wal/s1/wal/x.arrow"]
+    assert any_store.list_dirs("_mem_wal") == ["s1", "s2"]
+    assert any_store.list_dirs("_mem_wal/") == ["s1", "s2"]
+    assert list(any_store.list("absent/")) == []
+    assert any_store.list_dirs("absent") == []
+
+
+def test_concurrent_put_if_absent_has_one_winner(any_store):
+    n = 8
+    wins: list[int] = []
+    barrier = threading.Barrier(n)
+
+    def attempt(i: int) -> None:
+        barrier.wait()
+        try:
+            any_store.put_if_absent("race/key", f"writer-{i}".encode())
+            wins.append(i)
+        except FileExistsError:
+            pass
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert any_store.get("race/key") == f"writer-{wins[0]}".encode()
+
+
+def _payloads() -> dict[str, object]:
+    import numpy as np
+    import pyarrow as pa
+
+    raw = bytes(range(256)) * 5
+    return {"bytes": raw, "bytearray": bytearray(raw), "memoryview": memoryview(raw)[7:900],
+            "pyarrow.Buffer": pa.py_buffer(raw), "pyarrow slice": pa.py_buffer(raw).slice(3, 500),
+            "numpy uint8": np.frombuffer(raw, dtype=np.uint8)}
+
+
+def test_bytes_like_payloads_round_trip(any_store):
+    for name, payload in _payloads().items():
+        expected = bytes(memoryview(payload).cast("B"))
+        any_store.put_if_absent(f"p/{name}", payload)
+        assert any_store.get(f"p/{name}") == expected, name
+        assert any_store.head(f"p/{name}") == len(expected)
+        any_store.put(f"h/{name}", payload)
+        assert any_store.get(f"h/{name}") == expected, name
+
+
+def test_put_resolved_reads_back_any_bytes_like(any_store):
+    import pyarrow as pa
+
+    data = pa.py_buffer(b"entry-bytes" * 100)
+    assert put_resolved(any_store, "r/k", data, retries=0, base_delay_ms=1, what="test")
+    # A second call finds the key: the read-back compares against a pyarrow Buffer.
+    assert put_resolved(any_store, "r/k", data, retries=0, base_delay_ms=1, what="test")
+    assert not put_resolved(any_store, "r/k", memoryview(b"other"), retries=0,
+                            base_delay_ms=1, what="test")
