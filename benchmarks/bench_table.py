@@ -462,7 +462,7 @@ def _build_compaction_source(uri: str, n: int) -> tuple[pa.Table, dict[str, Any]
     import lance
 
     from memwal_datasource.config import ShardWriterConfig
-    from memwal_datasource.writer import open_shard_writer
+    from memwal_datasource.shard_writer import open_shard_writer
 
     schema = bench_schema()
     create_table(uri, schema, primary_key=["id"])

@@ -59,7 +59,7 @@ _LAZY = {
     "MemWalTable": "memwal_table",
     "compact": "memwal_table",
     "lancedb_table": "lance_readers",
-    "open_shard_writer": "writer",
+    "open_shard_writer": "shard_writer",
     "read_table": "table",
 }
 

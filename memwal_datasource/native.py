@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from . import hooks
 from .config import ShardWriterConfig
-from .errors import ConfigError, Fenced, MemWalError, WriterPoisoned
+from .errors import ConfigError, Fenced, MemWalError, NotInThisMode, WriterPoisoned
 from .format import ShardManifest
 from .lance_manifest import compacted_generations
 from .manifest import ManifestStore
@@ -42,7 +42,7 @@ from .options import lance_storage_options
 from .store import ObjectStore, open_store
 from .table import TableSnapshot, TableView, primary_key_of
 from .wal import WalAppender, WalTailer, find_tip
-from .writer import NotInThisMode, ShardWriter, WriterStats, as_batches, check_schema
+from .writer_base import ShardWriter, WriterStats, as_batches, check_schema
 
 # Config fields pylance 14's mem_wal_writer accepts as keyword arguments.
 NATIVE_KWARGS = (

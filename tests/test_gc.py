@@ -12,10 +12,10 @@ from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import Fenced
 from memwal_datasource.gc import collect, plan
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import TableView, read_table
 from memwal_datasource.wal import WalAppender, WalTailer
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, later, new_shard
 from tests.test_compact import batch, write
 

@@ -30,9 +30,9 @@ from memwal_datasource.lance_readers import split_table_uri
 from memwal_datasource.manifest import ManifestStore, list_shards
 from memwal_datasource.native import HIDDEN_GENERATION
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import ROW_KEY, TableView, create_table
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import later
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

@@ -35,11 +35,11 @@ from memwal_datasource.errors import CollectedError, CommitRefused
 from memwal_datasource.format import wal_key
 from memwal_datasource.gc import MIN_RETAIN_SECONDS, collect, plan
 from memwal_datasource.rounds import done_ms, round_key
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.spark.stream import readable_from
 from memwal_datasource.store import open_store
 from memwal_datasource.table import TableView, create_table, read_table
 from memwal_datasource.wal import WalAppender
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import (
     SCHEMA,
     DelegatingStore,

@@ -23,9 +23,10 @@ from memwal_datasource.format import shard_dir
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.native import committed_lsm_scanner
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import TableView, create_table, read_table
-from memwal_datasource.writer import WriterStats, open_shard_writer
+from memwal_datasource.writer_base import WriterStats
 from tests.helpers import SCHEMA, make_batch, new_shard, wal_rows
 from tests.test_native import run_until_acks
 

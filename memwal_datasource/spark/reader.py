@@ -29,7 +29,7 @@ from ..table import (
     primary_key_of,
 )
 from ..wal import WalTailer
-from ..writer import cast_columns
+from ..writer_base import cast_columns
 from .options import ReadOptions
 
 METADATA_FIELDS = [

@@ -18,9 +18,9 @@ from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.gc import collect
 from memwal_datasource.leases import Holder, Leases
 from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import TableView, read_table
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, later, new_shard
 from tests.spark.test_concurrent_jobs import finish, in_thread, storage, worker_gates
 from tests.spark.test_writer import frame, read, write
