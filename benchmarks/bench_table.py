@@ -72,7 +72,7 @@ from memwal_datasource.commit import (
 from memwal_datasource.store import ObjectStore, open_store
 from memwal_datasource.table import (
     TOMBSTONE,
-    MemWalTable,
+    TableView,
     create_table,
     data_schema,
     last_per_key,
@@ -166,7 +166,7 @@ class CountingStore(ObjectStore):
 def _run_op(op: str, uri: str, opts: dict[str, str], store: ObjectStore | None = None) -> int:
     """One plan operation on fresh objects; returns its size (ranges, or 1 if txn found)."""
     if op == TAIL:
-        return len(MemWalTable(uri, opts, store=store).committed_tail())
+        return len(TableView(uri, opts, store=store).committed_tail())
     log = CommitLog(store or open_store(uri, opts))
     if op == VISIBLE:
         return len(log.visible())
@@ -210,8 +210,8 @@ def _build_log(uri: str, opts: dict[str, str], n: int, interval: int | None,
             from memwal_datasource.compact import compact
             from memwal_datasource.gc import collect
 
-            compact(MemWalTable(uri, opts), max_records_per_round=max(n, 1))
-            collect(MemWalTable(uri, opts), retain_seconds=0)
+            compact(TableView(uri, opts), max_records_per_round=max(n, 1))
+            collect(TableView(uri, opts), retain_seconds=0)
             log = CommitLog(store, checkpoint_interval=interval)
             app = WalAppender.open(store, shard)  # collection fenced the old writer
             positions = entries(app)
@@ -462,7 +462,7 @@ def _build_compaction_source(uri: str, n: int) -> tuple[pa.Table, dict[str, Any]
     import lance
 
     from memwal_datasource.config import ShardWriterConfig
-    from memwal_datasource.writer import open_shard_writer
+    from memwal_datasource.shard_writer import open_shard_writer
 
     schema = bench_schema()
     create_table(uri, schema, primary_key=["id"])
@@ -538,7 +538,7 @@ def _compaction_case(ctx: BenchContext, n: int) -> dict[str, Any]:
                               "compact.after_commit")]
         try:
             with Stopwatch() as t:
-                summary = compact(MemWalTable(uri))
+                summary = compact(TableView(uri))
         finally:
             for remove in removers:
                 remove()
@@ -555,7 +555,7 @@ def _compaction_case(ctx: BenchContext, n: int) -> dict[str, Any]:
 
     def run_phases(r: int) -> dict[str, Any]:
         with Stopwatch() as t_read:
-            table = MemWalTable(src)
+            table = TableView(src)
             snap = table.snapshot()
             schema = data_schema(table.dataset(snap.base_version).schema)
             wal = table.range_rows(snap.tail, schema)

@@ -17,9 +17,9 @@ from typing import Any
 
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.format import encode_wal_buffer, encode_wal_entry, wal_key
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import LocalStore
 from memwal_datasource.table import create_table
-from memwal_datasource.writer import open_shard_writer
 
 from .common import (
     MB,

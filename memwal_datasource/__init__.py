@@ -1,17 +1,18 @@
 """memwal_datasource: Spark <-> Lance MemWAL.
 
 The Spark-free core (``store``, ``format``, ``manifest``, ``wal``, ``writer``,
-``commit``) imports no Spark; ``MemWalDataSource`` is imported lazily so the
-core and the CLI stay light.
+``commit``) imports no Spark. Importing the package loads only the errors and
+the writer configuration: every other public name is loaded on first use
+(PEP 562), so a Spark worker's ``import memwal_datasource`` pays for neither
+compaction nor pyarrow, numpy, lance or pandas.
 """
 
 from __future__ import annotations
 
 import logging
-
-# Loaded before ``def compact`` below: importing a submodule the first time binds its
-# name on the package, which would replace the function with the module.
-from . import compact as _compact_module  # noqa: F401
+import sys as _sys
+import types as _types
+from importlib import import_module as _import_module
 
 # Prepares LANCE_LOG before anything calls into lance (lance is imported lazily).
 from . import lance_logging  # noqa: F401, I001
@@ -26,9 +27,6 @@ from .errors import (
     ShardSealedError,
     WriterPoisoned,
 )
-from .lance_readers import lancedb_table
-from .table import MemWalTable, read_table
-from .writer import open_shard_writer
 
 # A library configures no logging: records go to whatever the application set up
 # (Python's "Configuring Logging for a Library"). The NullHandler also tells the
@@ -55,21 +53,43 @@ __all__ = [
     "read_table",
 ]
 
-
-def compact(uri: str, storage_options=None, **kwargs):
-    """Fold committed WAL entries into the base Lance table, exactly once.
-
-    Keyword arguments go to :func:`memwal_datasource.compact.compact`
-    (``max_records_per_round``, ``max_rounds``, ``dry_run``, ``progress``).
-    """
-    from .compact import compact as run
-
-    return run(MemWalTable(uri, storage_options), **kwargs)
+# Public name -> the submodule defining it, imported on first use.
+_LAZY = {
+    "MemWalDataSource": "spark",
+    "MemWalTable": "memwal_table",
+    "compact": "memwal_table",
+    "lancedb_table": "lance_readers",
+    "open_shard_writer": "shard_writer",
+    "read_table": "table",
+}
 
 
 def __getattr__(name: str):
-    if name == "MemWalDataSource":
-        from .spark import MemWalDataSource
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memwal_datasource' has no attribute '{name}'")
+    value = getattr(_import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
 
-        return MemWalDataSource
-    raise AttributeError(f"module 'memwal_datasource' has no attribute '{name}'")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(_types.ModuleType):
+    """Keeps ``memwal_datasource.compact`` the function.
+
+    Importing the submodule ``memwal_datasource.compact`` binds its name on the
+    package (the import system's ``setattr``), which would replace the public
+    function ``compact(uri)`` with the module; the module stays reachable as
+    ``sys.modules["memwal_datasource.compact"]`` and by ``from .compact import``.
+    """
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "compact" and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

@@ -72,7 +72,7 @@ from .store import put_resolved
 from .table import (
     ROW_KEY,
     TOMBSTONE,
-    MemWalTable,
+    TableView,
     data_schema,
     last_per_key,
     primary_key_of,
@@ -125,7 +125,7 @@ class CompactionError(MemWalError):
 
 # --- one round's inputs ------------------------------------------------------------
 
-def round_ranges(table: MemWalTable, rnd: CompactionRound) -> tuple[list[CommittedRange], bool]:
+def round_ranges(table: TableView, rnd: CompactionRound) -> tuple[list[CommittedRange], bool]:
     """(committed ranges in commit order, overwrite) of the records round ``rnd`` folds.
 
     An ``overwrite`` record drops the ranges before it: the round replaces the table.
@@ -194,7 +194,7 @@ def _is_conflict(exc: OSError) -> bool:
     return isinstance(exc, CommitConflictError) or "conflict" in str(exc).lower()
 
 
-def ensure_row_key(table: MemWalTable, attempts: int = 5):
+def ensure_row_key(table: TableView, attempts: int = 5):
     """The base dataset with the hidden :data:`ROW_KEY` column (added if missing).
 
     Adding it is a schema-only commit; two compactors may race: the loser gets
@@ -239,7 +239,7 @@ def _keyed(rows: pa.Table, number: int, ds_schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
-def commit_round(table: MemWalTable, rnd: CompactionRound, rows: pa.Table, deleted: pa.Table,
+def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted: pa.Table,
                  overwrite: bool, marks: dict[str, int], *, ds=None,
                  started: float | None = None) -> RoundResult:
     """Merge one round's folded rows into the base with the ledger mark ``rnd.number``.
@@ -299,7 +299,7 @@ def commit_round(table: MemWalTable, rnd: CompactionRound, rows: pa.Table, delet
                        deleted.num_rows, committed, time.perf_counter() - t0, version, fresh)
 
 
-def maintain_key_index(table: MemWalTable, number: int) -> None:
+def maintain_key_index(table: TableView, number: int) -> None:
     """A BTREE on the merge key (a one-column primary key, else the hidden row key),
     its new rows folded in every few rounds.
 
@@ -325,7 +325,7 @@ def maintain_key_index(table: MemWalTable, number: int) -> None:
                     "correct, only slower): %s", pk[0], exc)
 
 
-def _run_round(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
+def _run_round(table: TableView, rnd: CompactionRound) -> RoundResult:
     """Read, fold and commit one round in this process."""
     t0 = time.perf_counter()
     ds = table.dataset()
@@ -345,7 +345,7 @@ def _run_round(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
                         started=t0)
 
 
-def next_round(table: MemWalTable, max_records: int) -> CompactionRound | None:
+def next_round(table: TableView, max_records: int) -> CompactionRound | None:
     """The round to run now: the pending intent, or a new one; ``None`` if up to date."""
     recorded = table.compacted_round(table.dataset().version)
     number = recorded + 1
@@ -378,10 +378,10 @@ def planned_rounds(pending_records: int, max_records_per_round: int) -> int:
     return -(-pending_records // max_records_per_round)
 
 
-def compact(table: MemWalTable, *, max_records_per_round: int = DEFAULT_MAX_RECORDS,
+def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORDS,
             max_rounds: int | None = None, dry_run: bool = False,
             progress: Callable[[RoundResult, int], None] | None = None,
-            run_round: Callable[[MemWalTable, CompactionRound], RoundResult] | None = None,
+            run_round: Callable[[TableView, CompactionRound], RoundResult] | None = None,
             ) -> CompactionSummary:
     """Fold every committed, uncompacted record into the base table; see the module doc.
 

@@ -77,6 +77,14 @@ class WriterPoisoned(MemWalError):
     """
 
 
+class WriterStalled(MemWalError):
+    """The WAL-only pipeline made no progress for ``backpressure_timeout_ms``."""
+
+
+class NotInThisMode(MemWalError):
+    """The statistic or call exists only in the other writer mode."""
+
+
 class ConfigError(MemWalError, ValueError):
     """A configuration value or option is invalid; the message names it."""
 

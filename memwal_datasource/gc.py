@@ -62,7 +62,7 @@ from .rounds import (
     recorded_round,
     round_key,
 )
-from .table import MemWalTable
+from .table import TableView
 from .wal import WalAppender
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def effective_retention(retain_seconds: float) -> float:
     return float(retain_seconds)
 
 
-def releasable_through(table: MemWalTable, recorded: int, cutoff_ms: int) -> tuple[int, int]:
+def releasable_through(table: TableView, recorded: int, cutoff_ms: int) -> tuple[int, int]:
     """(last record compacted before ``cutoff_ms``, last record compacted at all).
 
     Walks rounds down from ``recorded`` to the newest whose done marker is at
@@ -156,7 +156,7 @@ def releasable_through(table: MemWalTable, recorded: int, cutoff_ms: int) -> tup
     return 0, pending
 
 
-def _floors(table: MemWalTable, through: int, releasable: int,
+def _floors(table: TableView, through: int, releasable: int,
             first: int) -> dict[str, int]:
     """Floor per shard: past every range of a releasable record, below every other one."""
     released: dict[str, int] = {}
@@ -172,7 +172,7 @@ def _floors(table: MemWalTable, through: int, releasable: int,
     return {s: min(p, kept.get(s, p)) for s, p in released.items()}
 
 
-def plan(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
+def plan(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
          retain_manifest_versions: int = 10,
          clock: Callable[[], int] | None = None) -> GcPlan:
     """What a collection would delete now (it writes only a clock probe and missing done
@@ -218,7 +218,7 @@ def plan(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
     return out
 
 
-def _old_rounds(table: MemWalTable, base) -> list[tuple[str, int]]:
+def _old_rounds(table: TableView, base) -> list[tuple[str, int]]:
     """Intents and done markers of rounds no stored base version records."""
     out = []
     for number in range(1, oldest_kept_round(table.store, base)):
@@ -229,7 +229,7 @@ def _old_rounds(table: MemWalTable, base) -> list[tuple[str, int]]:
     return out
 
 
-def _take_leases(table: MemWalTable, todo: GcPlan, holder: Holder) -> list[Lease]:
+def _take_leases(table: TableView, todo: GcPlan, holder: Holder) -> list[Lease]:
     """Lease every shard to free; shards a live job holds are dropped from the plan."""
     leases = Leases(table.store)
     taken, kept = [], []
@@ -247,7 +247,7 @@ def _take_leases(table: MemWalTable, todo: GcPlan, holder: Holder) -> list[Lease
     return taken
 
 
-def _fence(table: MemWalTable, sp: ShardPlan) -> bool:
+def _fence(table: TableView, sp: ShardPlan) -> bool:
     """Fence one shard and move its manifest past the floor; ``False`` if a writer won."""
     try:
         fence = WalAppender.open(table.store, sp.shard_id)  # claim + sentinel + re-check
@@ -265,7 +265,7 @@ def _fence(table: MemWalTable, sp: ShardPlan) -> bool:
     return True
 
 
-def collect(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
+def collect(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
             retain_manifest_versions: int = 10, dry_run: bool = False,
             clock: Callable[[], int] | None = None,
             progress: Callable[[int, int], None] | None = None) -> GcPlan:
@@ -316,7 +316,7 @@ def collect(table: MemWalTable, *, retain_seconds: float = DEFAULT_RETAIN_SECOND
                       f"({MAX_REPLANS} tries); nothing was deleted")
 
 
-def _delete(table: MemWalTable, todo: GcPlan, progress: Callable[[int, int], None] | None,
+def _delete(table: TableView, todo: GcPlan, progress: Callable[[int, int], None] | None,
             ) -> None:
     items = todo.items()
     for i, (key, _size) in enumerate(items, 1):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .memwal_table import MemWalTable
 from .options import lance_storage_options
 
 
@@ -44,10 +45,7 @@ def lancedb_table(uri: str, storage_options: Mapping[str, str] | None = None, *,
         raise ImportError("lancedb_table needs the lancedb package: pip install lancedb"
                           ) from None
     if fresh:
-        from .compact import compact
-        from .table import MemWalTable
-
-        compact(MemWalTable(uri, storage_options))
+        MemWalTable(uri, storage_options).compact()
     parent, name = split_table_uri(uri)
     opts = lance_storage_options(storage_options)
     db = lancedb.connect(parent, storage_options=opts or None)

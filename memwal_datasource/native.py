@@ -34,15 +34,15 @@ import pyarrow as pa
 
 from . import hooks
 from .config import ShardWriterConfig
-from .errors import ConfigError, Fenced, MemWalError, WriterPoisoned
+from .errors import ConfigError, Fenced, MemWalError, NotInThisMode, WriterPoisoned
 from .format import ShardManifest
 from .lance_manifest import compacted_generations
 from .manifest import ManifestStore
 from .options import lance_storage_options
 from .store import ObjectStore, open_store
-from .table import MemWalTable, TableSnapshot, primary_key_of
+from .table import TableSnapshot, TableView, primary_key_of
 from .wal import WalAppender, WalTailer, find_tip
-from .writer import NotInThisMode, ShardWriter, WriterStats, as_batches, check_schema
+from .writer_base import ShardWriter, WriterStats, as_batches, check_schema
 
 # Config fields pylance 14's mem_wal_writer accepts as keyword arguments.
 NATIVE_KWARGS = (
@@ -117,7 +117,7 @@ def check_primary_key(uri: str, schema: pa.Schema) -> None:
             "field metadata), or write with enable_memtable=false")
 
 
-def hide_shard(table: MemWalTable, shard_id: str, ds=None) -> bool:
+def hide_shard(table: TableView, shard_id: str, ds=None) -> bool:
     """Hide every SSTable of ``shard_id`` from Lance's readers; ``True`` if this call did.
 
     Commits one base-table version (an empty ``merge_insert`` on the primary
@@ -286,7 +286,7 @@ class NativeShardWriter(ShardWriter):
             ) from None
         check_primary_key(uri, ds.schema)
         manifests = ManifestStore(store, shard_id)
-        if hide_shard(MemWalTable(uri, storage_options, store=store), manifests.shard_id, ds):
+        if hide_shard(TableView(uri, storage_options, store=store), manifests.shard_id, ds):
             ds = lance.dataset(uri, storage_options=native_storage_options(storage_options))
         before = advance_replay_to_tip(store, manifests.shard_id)
         tip_before = WalTailer(store, manifests.shard_id).next_position()
@@ -402,7 +402,7 @@ class NativeShardWriter(ShardWriter):
         return s
 
 
-def committed_sstables(table: MemWalTable, snap: TableSnapshot | None = None
+def committed_sstables(table: TableView, snap: TableSnapshot | None = None
                        ) -> dict[str, list[tuple[int, str]]]:
     """``{shard: [(generation, path), ...]}`` of the SSTables commit records name.
 
@@ -423,7 +423,7 @@ def committed_sstables(table: MemWalTable, snap: TableSnapshot | None = None
     return out
 
 
-def committed_lsm_scanner(table: MemWalTable):
+def committed_lsm_scanner(table: TableView):
     """pylance's ``LsmScanner`` over the base table and the committed SSTables only.
 
     This is Lance's LSM view (newest row per primary key) of what MemTable-mode

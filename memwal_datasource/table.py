@@ -1,8 +1,11 @@
-"""The table: the Lance dataset a MemWAL belongs to, and :class:`MemWalTable`.
+"""The table: the Lance dataset a MemWAL belongs to, and :class:`TableView`.
 
 Module-level helpers create and open the Lance dataset and compare schemas.
-:class:`MemWalTable` is the one object through which every reader, the
-compactor and the CLI see shards, commit records and compaction state.
+:class:`TableView` is the one read view through which every reader, the
+compactor, the garbage collector and the CLI see shards, commit records and
+compaction state. The user's :class:`~memwal_datasource.memwal_table.MemWalTable`
+adds the maintenance verbs (compact, gc) on top of it, in a module above
+compaction; this one imports neither.
 
 Creating writes an empty Lance dataset (version 1) with the primary key set as
 Lance expects (field metadata ``lance-schema:unenforced-primary-key`` on a
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +49,7 @@ PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
 ROW_KEY = "_memwal_row"
 # Lance's own per-field metadata; not part of what users compare.
 _LANCE_FIELD_KEYS = (b"lance:field_id", PK_METADATA_KEY)
+_View = TypeVar("_View", bound="TableView")  # open() returns the class it is called on
 
 
 def with_primary_key(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
@@ -221,8 +226,7 @@ def same_logical_type(a: pa.DataType, b: pa.DataType) -> bool:
     return any((x(a) and y(b)) or (y(a) and x(b)) for x, y in pairs)
 
 
-# --- the memwal table: one object every reader, writer and tool goes through ---------
-
+# --- the read view: one object every reader, writer and tool goes through ------------
 
 
 @dataclass(frozen=True)
@@ -249,11 +253,13 @@ class TableSnapshot:
         return self.last_seq - self.compacted_seq if self.last_data_seq > self.compacted_seq else 0
 
 
-class MemWalTable:
-    """A memwal table: the Lance dataset, its shards, commit log and compaction state.
+class TableView:
+    """A memwal table as read: the Lance dataset, its shards, commit log and compaction state.
 
     Readers (batch, stream, CLI, whole-table), the compactor and the garbage
-    collector all go through this object, so each visibility rule is written once.
+    collector all go through this object, so each visibility rule is written
+    once. The user's :class:`~memwal_datasource.MemWalTable` is this view
+    with the maintenance verbs.
     """
 
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None, *,
@@ -263,10 +269,11 @@ class MemWalTable:
         self.store = store or open_store(uri, self.storage_options)
         self.commits = CommitLog(self.store)
 
-    # -- the user's verbs (as delta-rs's DeltaTable: optimize, vacuum, history) ----------
+    # -- the user's reading verbs (as delta-rs's DeltaTable: history) ---------------------
 
     @classmethod
-    def open(cls, uri: str, storage_options: Mapping[str, str] | None = None) -> MemWalTable:
+    def open(cls: type[_View], uri: str, storage_options: Mapping[str, str] | None = None
+             ) -> _View:
         """Open an existing memwal table (errors name the path and the fix)."""
         table = cls(uri, storage_options)
         table.dataset()  # fails now, clearly, rather than on the first verb
@@ -276,26 +283,6 @@ class MemWalTable:
         """The whole table exactly once: the base at ``version`` (default: the latest)
         plus the committed tail above it. See :meth:`to_table`."""
         return self.to_table(version)
-
-    def compact(self, **kwargs):
-        """Fold committed WAL entries into the base table, exactly once.
-
-        Keyword arguments go to :func:`memwal_datasource.compact.compact`
-        (``max_records_per_round``, ``max_rounds``, ``dry_run``, ``progress``).
-        """
-        from .compact import compact  # the verbs sit on top of the view they use
-
-        return compact(self, **kwargs)
-
-    def gc(self, **kwargs):
-        """Delete what compaction made unnecessary (see :mod:`memwal_datasource.gc`).
-
-        Keyword arguments go to :func:`memwal_datasource.gc.collect`
-        (``retain_seconds``, ``retain_manifest_versions``, ``dry_run``, ``progress``).
-        """
-        from .gc import collect
-
-        return collect(self, **kwargs)
 
     def history(self, limit: int | None = None) -> list[dict]:
         """Stored commit records, newest first: what each job, batch or gc committed."""
@@ -473,5 +460,5 @@ def last_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 def read_table(uri: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
     """The whole table (base + committed, uncompacted tail), exactly once. See
-    :meth:`MemWalTable.to_table`."""
-    return MemWalTable(uri, storage_options).to_table()
+    :meth:`TableView.to_table`."""
+    return TableView(uri, storage_options).to_table()

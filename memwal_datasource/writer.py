@@ -1,12 +1,10 @@
-"""ShardWriter: one entry point for both modes, selected by ``enable_memtable``.
+"""The WAL-only writer: our asynchronous, batched, fenced pipeline (``enable_memtable=False``).
 
-* ``enable_memtable=False``: our asynchronous batched WAL-only pipeline
-  (:class:`WalOnlyShardWriter`). ``put`` enqueues; a background flusher writes
-  one WAL entry when ``max_wal_buffer_size`` bytes are pending or
-  ``max_wal_flush_interval_ms`` has passed.
-* ``enable_memtable=True``: pylance's native ShardWriter
-  (:class:`memwal_datasource.native.NativeShardWriter`), which owns the
-  MemTable, replay on open, SSTable flush and indexes.
+``put`` enqueues; a background flusher writes one WAL entry when
+``max_wal_buffer_size`` bytes are pending or ``max_wal_flush_interval_ms`` has
+passed. :func:`memwal_datasource.shard_writer.open_shard_writer` opens it (or
+pylance's native MemTable writer, :mod:`memwal_datasource.native`); both
+implement :class:`~memwal_datasource.writer_base.ShardWriter`.
 
 Opening a writer **writes**: it claims a new epoch on the shard manifest,
 fencing any older writer, and may drop a fence sentinel at the WAL tip. A
@@ -19,161 +17,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent import futures
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from . import hooks
 from .config import ShardWriterConfig
-from .errors import ConfigError, MemWalError
+from .errors import MemWalError, WriterStalled
 from .format import FieldId, encode_wal_buffer, wal_entry_schema
-from .store import ObjectStore, open_store
-from .table import lance_field_ids, same_logical_type
 from .wal import WalAppender
+from .writer_base import FlushTiming, ShardWriter, WriterStats, as_batches, check_schema
 
 log = logging.getLogger(__name__)
-
-
-class WriterStalled(MemWalError):
-    """The pipeline made no progress for ``backpressure_timeout_ms``."""
-
-
-class NotInThisMode(MemWalError):
-    """The statistic or call exists only in the other writer mode."""
-
-
-@dataclass
-class FlushTiming:
-    """One WAL flush: how long its batches queued, the PUT took, and in total."""
-
-    queue_wait_s: float
-    put_s: float
-    total_s: float
-    rows: int
-    nbytes: int
-    position: int
-
-
-@dataclass
-class WriterStats:
-    """What a writer has done; also what a Spark task reports in its commit message."""
-
-    shard_id: str
-    epoch: int
-    mode: str
-    puts: int = 0
-    rows: int = 0
-    bytes: int = 0
-    wal_entries: int = 0
-    wal_bytes: int = 0
-    rows_durable: int = 0
-    rows_not_durable: int = 0
-    next_wal_entry_position: int = 0
-    first_wal_position: int | None = None
-    last_wal_position: int | None = None
-    sentinel_position: int | None = None
-    sstables: list[str] = field(default_factory=list)
-    flushes: list[FlushTiming] = field(default_factory=list)
-    memtable: dict | None = None
-
-    def copy(self) -> WriterStats:
-        """An independent snapshot."""
-        return replace(self, flushes=list(self.flushes), sstables=list(self.sstables))
-
-    def memtable_stats(self) -> dict:
-        """MemTable statistics; only MemTable mode has them."""
-        if self.memtable is None:
-            raise NotInThisMode(
-                f"shard {self.shard_id}: MemTable statistics exist only with "
-                "enable_memtable=true; this writer runs in WAL-only mode"
-            )
-        return self.memtable
-
-
-class ShardWriter(ABC):
-    """The interface both modes share. Use as a context manager."""
-
-    shard_id: str
-    epoch: int
-
-    @abstractmethod
-    def put(self, batches: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
-        """Write batches. With ``durable_write`` it returns once they are durable."""
-
-    @abstractmethod
-    def flush(self) -> None:
-        """Make everything put so far durable."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Flush and release resources; raises if rows could not be made durable."""
-
-    @abstractmethod
-    def stats(self) -> WriterStats:
-        """A snapshot of the writer's statistics."""
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-    def abort(self) -> None:
-        """Stop without flushing (used when the caller is failing anyway)."""
-        try:
-            self.close()
-        except Exception as exc:  # noqa: BLE001 - the original error matters more
-            log.warning("shard %s: error while aborting writer: %s", self.shard_id, exc)
-
-
-def as_batches(data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> list[pa.RecordBatch]:
-    """Normalise a put argument to a list of record batches."""
-    if isinstance(data, pa.RecordBatch):
-        return [data]
-    if isinstance(data, pa.Table):
-        return data.to_batches()
-    return list(data)
-
-
-def cast_columns(columns: list[pa.Array], schema: pa.Schema) -> pa.RecordBatch:
-    """A batch of ``columns`` with ``schema``, casting columns whose type differs."""
-    return pa.RecordBatch.from_arrays(
-        [c if c.type.equals(f.type) else c.cast(f.type)
-         for c, f in zip(columns, schema, strict=True)], schema=schema)
-
-
-def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Return ``batch`` with the writer's schema, or raise naming the mismatch."""
-    got = batch.schema
-    if got.equals(expected, check_metadata=False):
-        return batch
-    if got.names != expected.names:
-        raise ConfigError(
-            f"shard {shard_id}: batch columns {got.names} do not match the table's "
-            f"{expected.names}"
-        )
-    for g, e in zip(got, expected, strict=True):
-        if not g.type.equals(e.type) and not same_logical_type(g.type, e.type):
-            raise ConfigError(
-                f"shard {shard_id}: column '{e.name}' has type {g.type}, table has {e.type}"
-            )
-    # Nullability differs only in the declared schema: the data decides.
-    for name, col in zip(expected.names, batch.columns, strict=True):
-        if not expected.field(name).nullable and col.null_count:
-            what = ("Primary key column" if (expected.field(name).metadata or {}).get(
-                b"lance-schema:unenforced-primary-key") == b"true" else "Column")
-            raise ConfigError(
-                f"{what} '{name}' must not be null: drop or fill those rows before writing "
-                f"({col.null_count} null(s) in a batch for shard {shard_id}; nothing of that "
-                "batch was written)")
-    return cast_columns(batch.columns, expected)
 
 
 @dataclass
@@ -497,35 +355,3 @@ class WalOnlyShardWriter(ShardWriter):
             self._cond.notify_all()
         if self._syncer is not None:
             self._sync_behind()
-
-
-def open_shard_writer(
-    uri: str,
-    shard_id: str,
-    schema: pa.Schema,
-    config: ShardWriterConfig | None = None,
-    storage_options: Mapping[str, str] | None = None,
-    *,
-    store: ObjectStore | None = None,
-    field_ids: Mapping[str, FieldId] | None = None,
-) -> ShardWriter:
-    """Validate ``config``, claim the shard and return a writer of the configured mode.
-
-    WAL-only entries carry the table's Lance field ids as pylance's do:
-    ``field_ids`` (from :func:`memwal_datasource.table.field_ids`) saves reading
-    them from the table at ``uri``; without a Lance table there, entries carry none.
-    """
-    config = (config or ShardWriterConfig()).validate()
-    if config.enable_memtable:
-        from .native import NativeShardWriter
-
-        return NativeShardWriter.open(uri, shard_id, schema, config, storage_options)
-    store = store or open_store(uri, storage_options)
-    if field_ids is None:
-        field_ids = lance_field_ids(uri, storage_options)
-    appender = WalAppender.open(
-        store, shard_id, schema=schema,
-        max_retries=config.max_wal_persist_retries,
-        retry_base_delay_ms=config.wal_persist_retry_base_delay_ms,
-    )
-    return WalOnlyShardWriter(appender, schema, config, field_ids)

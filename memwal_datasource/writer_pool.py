@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from .errors import MemWalError
 from .leases import HeldLease
-from .writer import ShardWriter
+from .writer_base import ShardWriter
 
 log = logging.getLogger(__name__)
 

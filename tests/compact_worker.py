@@ -11,12 +11,12 @@ import os
 import sys
 
 from memwal_datasource.compact import compact
-from memwal_datasource.table import MemWalTable
+from memwal_datasource.table import TableView
 
 
 def main() -> None:
     opts = json.loads(os.environ.get("MEMWAL_STORAGE_OPTIONS", "{}"))
-    summary = compact(MemWalTable(sys.argv[1], opts), max_records_per_round=2)
+    summary = compact(TableView(sys.argv[1], opts), max_records_per_round=2)
     print(f"rounds {len(summary.rounds)} rows {summary.rows}", flush=True)
 
 

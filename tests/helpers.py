@@ -220,11 +220,11 @@ def stream_reader(uri: str, opts: dict, start: str = "earliest"):
     """A new stream's reader (``MemWalStreamReader``, no Spark) over the table at ``uri``."""
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.stream import MemWalStreamReader
-    from memwal_datasource.table import MemWalTable, data_schema
+    from memwal_datasource.table import TableView, data_schema
 
     options = {"path": uri, "starting_commit": start,
                **{f"storage.{k}": v for k, v in opts.items()}}
-    schema = data_schema(MemWalTable(uri, opts).dataset().schema)
+    schema = data_schema(TableView(uri, opts).dataset().schema)
     return MemWalStreamReader(ReadOptions.parse(options), schema)
 
 

@@ -29,8 +29,8 @@ import pyarrow as pa
 from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.leases import Holder, Leases
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA
 
 

@@ -19,9 +19,9 @@ from memwal_datasource import hooks
 from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
 from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import ROW_KEY, MemWalTable, create_table
-from memwal_datasource.writer import open_shard_writer
+from memwal_datasource.table import ROW_KEY, TableView, create_table
 from tests.helpers import SCHEMA, new_shard
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def history(uri, opts) -> dict[int, str]:
 
 
 def base_rows(uri, opts) -> dict[int, str]:
-    rows = MemWalTable(uri, opts).dataset().to_table().to_pylist()
+    rows = TableView(uri, opts).dataset().to_table().to_pylist()
     assert len(rows) == len({r["id"] for r in rows}), "a key is in the base table twice"
     return {r["id"]: r["v"] for r in rows}
 
@@ -73,7 +73,7 @@ def base_rows(uri, opts) -> dict[int, str]:
 def test_compaction_folds_committed_rows_once(pk_table):
     uri, opts = pk_table
     want = history(uri, opts)
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     assert compact(table, dry_run=True).pending_records == 3
     summary = compact(table, max_records_per_round=2)
     assert [r.number for r in summary.rounds] == [1, 2] and all(r.committed for r in summary.rounds)
@@ -116,9 +116,9 @@ def test_whole_table_read_is_exactly_once_at_every_stage(pk_table):
         return {r["id"]: r["v"] for r in rows}
 
     assert whole() == want  # nothing compacted: all from the tail
-    compact(MemWalTable(uri, opts), max_records_per_round=2, max_rounds=1)
+    compact(TableView(uri, opts), max_records_per_round=2, max_rounds=1)
     assert whole() == want  # half in the base, half in the tail
-    compact(MemWalTable(uri, opts))
+    compact(TableView(uri, opts))
     assert whole() == want == base_rows(uri, opts)
     write(uri, opts, new_shard(), [batch([3], "new")])
     assert whole() == {**want, 3: "new-3"}
@@ -162,7 +162,7 @@ def plain_history(uri, opts) -> Counter:
 
 def plain_base(uri, opts) -> Counter:
     """The base table's rows as a multiset; every row key unique and set."""
-    rows = MemWalTable(uri, opts).dataset().to_table().to_pylist()
+    rows = TableView(uri, opts).dataset().to_table().to_pylist()
     keys = [r[ROW_KEY] for r in rows]
     assert None not in keys and len(set(keys)) == len(keys), "a row key is missing or repeated"
     return Counter((r["id"], r["v"]) for r in rows)
@@ -173,7 +173,7 @@ def test_table_without_primary_key_compacts_exactly_once(plain_table):
 
     uri, opts = plain_table
     want = plain_history(uri, opts)
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     summary = compact(table, max_records_per_round=2)
     assert [(r.number, r.committed) for r in summary.rounds] == [(1, True), (2, True)]
     assert summary.rows == sum(want.values()) == 23
@@ -211,7 +211,7 @@ def test_killed_compactor_then_rerun_is_exactly_once(location, kind, point, requ
     want = make_history(uri, opts)
     run_worker(uri, opts, point)
     assert read_base(uri, opts) == want
-    assert MemWalTable(uri, opts).committed_tail() == []
+    assert TableView(uri, opts).committed_tail() == []
 
 
 def paused(point: str, names: set[str]):
@@ -241,11 +241,11 @@ def test_stalled_compactor_wakes_after_another_finished(location, kind):
     reached, release = paused("compact.before_commit", {"stalled"})
     out: dict = {}
     stalled = threading.Thread(name="stalled", target=lambda: out.update(
-        s=compact(MemWalTable(uri, opts), max_records_per_round=2, max_rounds=1)))
+        s=compact(TableView(uri, opts), max_records_per_round=2, max_rounds=1)))
     try:
         stalled.start()
         assert reached["stalled"].wait(60)
-        other = compact(MemWalTable(uri, opts), max_records_per_round=2)
+        other = compact(TableView(uri, opts), max_records_per_round=2)
         assert [r.committed for r in other.rounds] == [True, True]
         release["stalled"].set()
         stalled.join(60)
@@ -268,7 +268,7 @@ def test_two_compactors_adding_the_row_key_at_once(legacy_plain_table):
 
     def run(name):
         try:
-            out[name] = compact(MemWalTable(uri, opts), max_records_per_round=2)
+            out[name] = compact(TableView(uri, opts), max_records_per_round=2)
         except BaseException as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)
 
@@ -288,7 +288,7 @@ def test_two_compactors_adding_the_row_key_at_once(legacy_plain_table):
     assert not errors, errors
     assert [r.committed for r in out["a"].rounds] == [True, True]
     assert [r.committed for r in out["b"].rounds] == [False]
-    assert MemWalTable(uri, opts).dataset().schema.names.count(ROW_KEY) == 1
+    assert TableView(uri, opts).dataset().schema.names.count(ROW_KEY) == 1
     assert plain_base(uri, opts) == want
 
 
@@ -311,7 +311,7 @@ def test_rounds_mark_the_memtable_sstables_their_records_name(pk_table):
     want = {i: f"a1-{i}" for i in range(0, 5)}
     want.update({i: f"b1-{i}" for i in range(5, 15)})
     want.update({0: "a2-0", 1: "a2-1"})
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     first = compact(table, max_records_per_round=2, max_rounds=1).rounds[0]
     assert first.sstables == {}
     marks = compacted_generations(table.store, table.dataset().version)

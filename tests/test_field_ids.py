@@ -32,7 +32,7 @@ from memwal_datasource.format import (
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.options import lance_storage_options
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, create_table, data_schema, field_ids
+from memwal_datasource.table import TableView, create_table, data_schema, field_ids
 from memwal_datasource.wal import WalAppender, WalTailer
 
 SCHEMA = pa.schema([
@@ -130,7 +130,7 @@ def test_renamed_column_reads_replays_and_compacts(location):
     dataset(uri, opts).alter_columns({"path": "v", "name": "v2"},
                                      {"path": "s.a", "name": "a2"})
     # (The committed tail's rows: read_table's merge cannot join struct columns yet.)
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     got = table.range_rows(table.committed_tail(), data_schema(dataset(uri, opts).schema))
     got = got.drop_columns([TOMBSTONE]).sort_by("id")
     assert got.column_names == ["id", "s", "l", "v2"]

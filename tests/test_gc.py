@@ -12,10 +12,10 @@ from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import Fenced
 from memwal_datasource.gc import collect, plan
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
+from memwal_datasource.table import TableView, read_table
 from memwal_datasource.wal import WalAppender, WalTailer
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, later, new_shard
 from tests.test_compact import batch, write
 
@@ -33,7 +33,7 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     for i in range(4):
         write(uri, opts, shard, [batch([i, 100 + i], f"w{i}")])
     write(uri, opts, shard, [batch([999], "lost")], commit=False)  # an uncommitted entry
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     assert plan(table, retain_seconds=0).items() == []  # nothing compacted: nothing to free
     compact(table)
     write(uri, opts, shard, [batch([7], "tail")])  # committed, not compacted: must stay
@@ -48,7 +48,7 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     floor = done.shards[0].floor
     assert tailer.first_position() >= floor > 1
     assert rows(uri, opts) == before  # whole-table read unchanged
-    assert MemWalTable(uri, opts).committed_tail()  # the tail entry is still there
+    assert TableView(uri, opts).committed_tail()  # the tail entry is still there
     # A writer that opens after the collection finds the tip, not a freed slot.
     with open_shard_writer(uri, shard, SCHEMA,
                            ShardWriterConfig(enable_memtable=False), opts) as w:
@@ -68,7 +68,7 @@ def test_gc_deletes_only_compacted_entries_and_readers_still_agree(pk_table):
     ck = CommitLog(store).checkpoint()
     assert ck.visible and all(r.last >= ck.floors[r.shard_id] for r in ck.visible)
     assert len(ck.visible) < ck.records
-    again = collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
+    again = collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
     assert again.shards == []  # no WAL entry left to release
     assert again.records  # the checkpoint now stands for the released records: they go
     assert not store.exists(again.records[0][0])
@@ -79,7 +79,7 @@ def test_retention_keeps_recent_entries(pk_table):
     uri, opts = pk_table
     shard = new_shard()
     write(uri, opts, shard, [batch([1], "a")])
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     assert plan(table, retain_seconds=3600).shards == []
     assert plan(table, retain_seconds=0, clock=later(table)).shards
@@ -95,7 +95,7 @@ def test_writer_stalled_across_gc_is_fenced_not_landing_in_a_freed_slot(pk_table
     zombie.flush()
     for i in range(2):  # a newer writer takes over, commits, and is compacted
         write(uri, opts, shard, [batch([i], f"n{i}")])
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     done = collect(table, retain_seconds=0, clock=later(table))
     assert done.shards and done.shards[0].floor > 2
@@ -117,7 +117,7 @@ def test_commit_landing_during_gc_keeps_its_entries(pk_table):
     store = open_store(uri, opts)
     shard = new_shard()
     write(uri, opts, shard, [batch([1], "a")])
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     # A task wrote its entry before the GC; its driver commits while the GC fences.
     app = WalAppender.open(store, shard)

@@ -30,9 +30,9 @@ from memwal_datasource.lance_readers import split_table_uri
 from memwal_datasource.manifest import ManifestStore, list_shards
 from memwal_datasource.native import HIDDEN_GENERATION
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import ROW_KEY, MemWalTable, create_table
-from memwal_datasource.writer import open_shard_writer
+from memwal_datasource.table import ROW_KEY, TableView, create_table
 from tests.helpers import later
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
@@ -229,7 +229,7 @@ def test_lance_readers_see_only_committed_rows(location, keyed, mode):
     check(model, exact=False)
     model.compact()
     check(model, exact=True)
-    t = MemWalTable(uri, opts)
+    t = TableView(uri, opts)
     assert collect(t, retain_seconds=0, clock=later(t)).shards  # gc really collects
     check(model, exact=True)
     replays_nothing(uri, opts)

@@ -35,11 +35,11 @@ from memwal_datasource.errors import CollectedError, CommitRefused
 from memwal_datasource.format import wal_key
 from memwal_datasource.gc import MIN_RETAIN_SECONDS, collect, plan
 from memwal_datasource.rounds import done_ms, round_key
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.spark.stream import readable_from
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, create_table, read_table
+from memwal_datasource.table import TableView, create_table, read_table
 from memwal_datasource.wal import WalAppender
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import (
     SCHEMA,
     DelegatingStore,
@@ -77,10 +77,10 @@ def as_dict(table: pa.Table) -> dict[int, str]:
 
 
 def every_reader(uri, opts) -> dict[int, str]:
-    """read_table, MemWalTable.to_table() and base + committed tail agree; their rows."""
+    """read_table, TableView.to_table() and base + committed tail agree; their rows."""
     by_read = as_dict(read_table(uri, opts))
-    assert as_dict(MemWalTable(uri, opts).to_table()) == by_read
-    assert committed_view(MemWalTable(uri, opts)) == Counter(by_read.items())
+    assert as_dict(TableView(uri, opts).to_table()) == by_read
+    assert committed_view(TableView(uri, opts)) == Counter(by_read.items())
     return by_read
 
 
@@ -136,7 +136,7 @@ def test_commit_landing_while_gc_runs_is_never_hidden(pk_table, kind, when):
     _, q_range = append_entries(store, shard, ([10], "q"))
     assert (q_range.epoch, q_range.first) == (2, 3)
     CommitLog(store).append(APPEND, [q_range])
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     assert plan(table, retain_seconds=0, clock=later(table)).shards[0].floor == 4
 
@@ -172,14 +172,14 @@ def test_commit_landing_while_gc_runs_is_never_hidden(pk_table, kind, when):
                        if any(x.epoch == 1 for x in r.ranges))
         want = {10: "q-10"}
     assert every_reader(uri, opts) == want
-    tail_ids = {i for r in MemWalTable(uri, opts).committed_tail() if r.epoch == 1
+    tail_ids = {i for r in TableView(uri, opts).committed_tail() if r.epoch == 1
                 for i in (1, 2)}
     assert tail_ids == ({1, 2} if "seq" in outcome else set())
     # Later maintenance keeps it so: P's range is compacted, then released.
-    collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
+    collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
     assert every_reader(uri, opts) == want
-    compact(MemWalTable(uri, opts))
-    collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table, hours=4))
+    compact(TableView(uri, opts))
+    collect(TableView(uri, opts), retain_seconds=0, clock=later(table, hours=4))
     assert every_reader(uri, opts) == want
 
 
@@ -209,7 +209,7 @@ class PausingLog(DelegatingStore):
         return self.inner.list(prefix)
 
 
-class PausingTable(MemWalTable):
+class PausingTable(TableView):
     """A table whose reads pause once, at ``at``, until ``go`` is set.
 
     In ``to_table``: ``before_fold`` is the first read of the commit log;
@@ -252,17 +252,17 @@ def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
         ids = [10 * i, 10 * i + 1]
         write(uri, opts, shard, [batch(ids, f"c{i}")])
         want.update((j, f"c{i}-{j}") for j in ids)
-    compact(MemWalTable(uri, opts))
+    compact(TableView(uri, opts))
     for i, shard in enumerate([b, a, b], start=3):
         ids = [10 * i, 10 * i + 1]
         write(uri, opts, shard, [batch(ids, f"t{i}")])
         want.update((j, f"t{i}-{j}") for j in ids)
-    assert len(MemWalTable(uri, opts).committed_tail()) == 3
+    assert len(TableView(uri, opts).committed_tail()) == 3
     reader = PausingTable(uri, opts, at)
     t, out = in_thread("reader", reader.to_table)
     try:
         assert reader.reached.wait(120)
-        table = MemWalTable(uri, opts)
+        table = TableView(uri, opts)
         assert compact(table).rounds[0].committed
         CommitLog(open_store(uri, opts)).checkpoint()
         done = collect(table, retain_seconds=0, clock=later(table))
@@ -276,7 +276,7 @@ def test_whole_table_read_racing_compaction_and_gc(location, keyed, at):
     assert {sp.shard_id for sp in done.shards} == {a, b}  # the tail's entries went
     assert done.records  # and records below the checkpoint
     assert Counter((r["id"], r["v"]) for r in read_table(uri, opts).to_pylist()) == want
-    assert committed_view(MemWalTable(uri, opts)) == want
+    assert committed_view(TableView(uri, opts)) == want
 
 
 # --- 3. a stalled committer whose sequence number was collected --------------------------
@@ -302,7 +302,7 @@ def test_stalled_committer_whose_sequence_was_collected_is_refused(pk_table, sta
         assert n == 2
         for i in range(1, 4):  # records 2, 3, 4
             write(uri, opts, a, [batch([i], f"n{i}")])
-        table = MemWalTable(uri, opts)
+        table = TableView(uri, opts)
         compact(table)
         assert CommitLog(store).checkpoint().sequence == 4
         done = collect(table, retain_seconds=0, clock=later(table))
@@ -347,7 +347,7 @@ def test_rerun_of_a_key_whose_record_was_collected_commits_nothing(pk_table):
     _, first = append_entries(store, shard, ([1], "once"))
     assert CommitLog(store).append(APPEND, [first], txn=Txn("app", 7)).created
     write(uri, opts, shard, [batch([2], "other")])
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     CommitLog(store).checkpoint()
     done = collect(table, retain_seconds=0, clock=later(table))
@@ -379,7 +379,7 @@ def test_retention_counts_from_the_rounds_done_marker_on_the_stores_clock(pk_tab
         commit_mod.time = orig
     log = CommitLog(store)
     assert all(r.created_ms < real() * 1000 - 2 * 3600_000 for r in log.records())
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     entries = [wal_key(shard, p) for p in (1, 3)]  # 2 is the second writer's sentinel
     kept = collect(table, retain_seconds=3600)  # the store's clock: just compacted
@@ -421,7 +421,7 @@ def test_new_stream_never_starts_before_collected_entries(pk_table):
     log = CommitLog(store)
     r1 = log.append(APPEND, [rc], ordered_epochs=False).record.sequence
     r2 = log.append(APPEND, [ra], ordered_epochs=False).record.sequence
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     log.append(APPEND, [rb], ordered_epochs=False)
     done = collect(table, retain_seconds=0, clock=later(table))
@@ -438,14 +438,14 @@ def test_new_stream_never_starts_before_collected_entries(pk_table):
 
 # --- 7. gc keeps the round intents stored base versions need ------------------------------
 
-def cleanup_old_versions(table: MemWalTable) -> None:
+def cleanup_old_versions(table: TableView) -> None:
     table.dataset().cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
 
 
 def three_rounds(uri, opts) -> tuple[list[int], dict[int, str]]:
     """Three compaction rounds (their base versions) and an uncompacted tail; the rows."""
     shard = new_shard()
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     versions = []
     for i in range(3):
         write(uri, opts, shard, [batch([i, 100 + i], f"r{i}")])
@@ -466,13 +466,13 @@ def test_older_base_versions_read_the_whole_table_after_gc(pk_table):
     uri, opts = pk_table
     store = open_store(uri, opts)
     versions, want = three_rounds(uri, opts)
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     done = collect(table, retain_seconds=0, clock=later(table))
     assert done.shards
     assert all(store.exists(round_key(n)) for n in (1, 2, 3))
     for v in versions:  # every stored version still reads, and reads the whole table
         try:
-            got = as_dict(MemWalTable(uri, opts).to_table(base_version=v))
+            got = as_dict(TableView(uri, opts).to_table(base_version=v))
         except CollectedError as exc:
             assert "newer version" in str(exc)
             continue
@@ -485,13 +485,13 @@ def test_base_version_cleaned_up_by_lance_raises_collected_error(pk_table):
     uri, opts = pk_table
     store = open_store(uri, opts)
     versions, want = three_rounds(uri, opts)
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     cleanup_old_versions(table)
-    collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
+    collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
     assert not store.exists(round_key(1)) and not store.exists(round_key(2))
     assert store.exists(round_key(3))
     with pytest.raises(CollectedError, match="newer version"):
-        MemWalTable(uri, opts).to_table(base_version=versions[0])
+        TableView(uri, opts).to_table(base_version=versions[0])
     assert every_reader(uri, opts) == want
 
 
@@ -520,11 +520,11 @@ def test_stale_compactor_recreating_a_collected_intent_leaves_none(pk_table):
     write(uri, opts, shard, [batch([1], "a")])
     write(uri, opts, shard, [batch([2], "b")])
     stalled = PausePut(open_store(uri, opts), round_key(1))
-    x_table = MemWalTable(uri, opts, store=stalled)
+    x_table = TableView(uri, opts, store=stalled)
     t, out = in_thread("X", compact, x_table, max_records_per_round=1)
     try:
         assert stalled.reached.wait(120)
-        table = MemWalTable(uri, opts)
+        table = TableView(uri, opts)
         first = compact(table).rounds[0]
         assert (first.number, first.upto_seq) == (1, 2)
         write(uri, opts, shard, [batch([3], "c")])
@@ -540,7 +540,7 @@ def test_stale_compactor_recreating_a_collected_intent_leaves_none(pk_table):
     assert all(r.number > 2 for r in out["result"].rounds)
     assert not store.exists(round_key(1)), table.round(1)
     want = {1: "a-1", 2: "b-2", 3: "c-3"}
-    assert as_dict(MemWalTable(uri, opts).dataset().to_table()) == want
+    assert as_dict(TableView(uri, opts).dataset().to_table()) == want
     assert every_reader(uri, opts) == want
 
 
@@ -553,10 +553,10 @@ def test_stalled_compactor_whose_round_was_committed_and_collected(pk_table):
     write(uri, opts, shard, [batch([1], "a")])
     write(uri, opts, shard, [batch([2], "b")])
     pause = Pause("compact.intent", "X")
-    t, out = in_thread("X", compact, MemWalTable(uri, opts))
+    t, out = in_thread("X", compact, TableView(uri, opts))
     try:
         assert pause.reached.wait(120)
-        table = MemWalTable(uri, opts)
+        table = TableView(uri, opts)
         assert compact(table).rounds[0].committed
         done = collect(table, retain_seconds=0, clock=later(table))
         assert done.shards
@@ -567,7 +567,7 @@ def test_stalled_compactor_whose_round_was_committed_and_collected(pk_table):
     assert "error" not in out, repr(out.get("error"))
     assert [r.committed for r in out["result"].rounds] == [False]
     want = {1: "a-1", 2: "b-2"}
-    assert as_dict(MemWalTable(uri, opts).dataset().to_table()) == want
+    assert as_dict(TableView(uri, opts).dataset().to_table()) == want
     assert every_reader(uri, opts) == want
 
 
@@ -585,7 +585,7 @@ def memtable_task(uri, opts, shard, ids, tag) -> CommittedRange:
 def lsm_rows(uri, opts) -> dict[int, str]:
     from memwal_datasource.native import committed_lsm_scanner
 
-    return as_dict(committed_lsm_scanner(MemWalTable(uri, opts)).to_table())
+    return as_dict(committed_lsm_scanner(TableView(uri, opts)).to_table())
 
 
 def test_older_writer_committing_after_a_newer_one_is_refused(pk_table):
@@ -596,7 +596,7 @@ def test_older_writer_committing_after_a_newer_one_is_refused(pk_table):
     store = open_store(uri, opts)
     shard = new_shard()
     write(uri, opts, new_shard(), [batch([1, 2, 3, 4], "base")])
-    compact(MemWalTable(uri, opts))
+    compact(TableView(uri, opts))
     p = memtable_task(uri, opts, shard, [1, 2, 3], "p")
     q = memtable_task(uri, opts, shard, [2, 3, 5], "q")
     assert q.epoch > p.epoch
@@ -606,8 +606,8 @@ def test_older_writer_committing_after_a_newer_one_is_refused(pk_table):
     want = {1: "base-1", 2: "q-2", 3: "q-3", 4: "base-4", 5: "q-5"}
     assert every_reader(uri, opts) == want
     assert lsm_rows(uri, opts) == want
-    compact(MemWalTable(uri, opts))
-    assert as_dict(MemWalTable(uri, opts).dataset().to_table()) == want
+    compact(TableView(uri, opts))
+    assert as_dict(TableView(uri, opts).dataset().to_table()) == want
     assert every_reader(uri, opts) == want
     assert lsm_rows(uri, opts) == want
 
@@ -618,9 +618,9 @@ def test_reads_and_compaction_after_a_column_is_added(pk_table):
     uri, opts = pk_table
     a = new_shard()
     write(uri, opts, a, [batch([1, 2], "c")])
-    compact(MemWalTable(uri, opts))
+    compact(TableView(uri, opts))
     write(uri, opts, a, [batch([3], "t")])  # committed, not compacted, no 'extra'
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     table.dataset().add_columns(pa.field("extra", pa.int32()))
     got = read_table(uri, opts)
     assert got.column_names == ["id", "v", "extra"]
@@ -635,8 +635,8 @@ def test_reads_and_compaction_after_a_column_is_added(pk_table):
         a, s.epoch, s.first_wal_position, s.last_wal_position, s.rows)])
     want = {1: ("c-1", None), 2: ("c-2", None), 3: ("t-3", None), 4: ("w-4", 7)}
     assert {r["id"]: (r["v"], r["extra"]) for r in read_table(uri, opts).to_pylist()} == want
-    summary = compact(MemWalTable(uri, opts))
+    summary = compact(TableView(uri, opts))
     assert summary.rounds and all(r.committed for r in summary.rounds)
-    base = MemWalTable(uri, opts).dataset().to_table()
+    base = TableView(uri, opts).dataset().to_table()
     assert {r["id"]: (r["v"], r["extra"]) for r in base.to_pylist()} == want
     assert {r["id"]: (r["v"], r["extra"]) for r in read_table(uri, opts).to_pylist()} == want

@@ -32,7 +32,7 @@ from memwal_datasource.commit import CommitLog
 from memwal_datasource.compact import compact
 from memwal_datasource.gc import collect
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, create_table, read_table
+from memwal_datasource.table import TableView, create_table, read_table
 from tests.helpers import SCHEMA, committed_view, later, new_shard, stream_batch, stream_reader
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_maintenance_soak(location, tmp_path):
     compact_rng = random.Random(rng.random())
 
     def compact_step():
-        table = MemWalTable(uri, opts)
+        table = TableView(uri, opts)
         compact(table, max_records_per_round=compact_rng.randint(1, 8))
         table.commits.checkpoint()
 
@@ -126,7 +126,7 @@ def test_maintenance_soak(location, tmp_path):
     gc_stats = Counter()
 
     def gc_step():
-        table = MemWalTable(uri, opts)
+        table = TableView(uri, opts)
         done = collect(table, retain_seconds=0, clock=lambda: store.now_ms() + ahead_ms())
         gc_stats.update(runs=1, wal=sum(len(s.entries) for s in done.shards),
                         records=len(done.records), busy=len(done.skipped_busy))
@@ -189,7 +189,7 @@ def test_maintenance_soak(location, tmp_path):
         assert ids <= tried, f"seed {seed} {stage}: rows never tried: {sorted(ids - tried)[:10]}"
         lost = want - whole
         assert not lost, f"seed {seed} {stage}: acknowledged rows lost: {sorted(lost)[:10]}"
-        assert committed_view(MemWalTable(uri, opts)) == whole, (
+        assert committed_view(TableView(uri, opts)) == whole, (
             f"seed {seed} {stage}: base table + committed tail disagrees with read_table")
         # The stream, caught up, served every committed row exactly once.
         follow()
@@ -198,10 +198,10 @@ def test_maintenance_soak(location, tmp_path):
             f"{sorted((whole - Counter(streamed)).items())[:5]}"
 
     check("after the run")
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     CommitLog(store).checkpoint()
     collect(table, retain_seconds=0, clock=later(table))
-    collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
-    assert MemWalTable(uri, opts).committed_tail() == []
+    collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
+    assert TableView(uri, opts).committed_tail() == []
     check("after a final compaction and gc")

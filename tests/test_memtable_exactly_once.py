@@ -23,9 +23,10 @@ from memwal_datasource.format import shard_dir
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.native import committed_lsm_scanner
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, create_table, read_table
-from memwal_datasource.writer import WriterStats, open_shard_writer
+from memwal_datasource.table import TableView, create_table, read_table
+from memwal_datasource.writer_base import WriterStats
 from tests.helpers import SCHEMA, make_batch, new_shard, wal_rows
 from tests.test_native import run_until_acks
 
@@ -66,7 +67,7 @@ def sstable_ids(uri: str, opts: dict, shard: str, path: str) -> list[int]:
 def committed_views(uri: str, opts: dict) -> tuple[list[int], list[int]]:
     """(whole-table read, pylance's LsmScanner over committed SSTables): ids of each."""
     return (ids(read_table(uri, opts)),
-            ids(committed_lsm_scanner(MemWalTable(uri, opts)).to_table()))
+            ids(committed_lsm_scanner(TableView(uri, opts)).to_table()))
 
 
 def replayed_at_open(writer) -> int:
@@ -146,7 +147,7 @@ def test_wal_only_history_is_not_replayed_into_sstables(pk_table):
     assert whole.filter(pa.compute.equal(whole.column("id"), 3)).column("v").to_pylist() == \
         ["new"]
     # Lance's LSM view holds what MemTable mode committed; WAL-only rows reach it by compaction.
-    assert ids(committed_lsm_scanner(MemWalTable(uri, opts)).to_table()) == [3, 200, 201]
+    assert ids(committed_lsm_scanner(TableView(uri, opts)).to_table()) == [3, 200, 201]
     # A later pylance open (not through us) replays nothing of that history either.
     ds = lance.dataset(uri, storage_options=lance_storage_options(opts))
     with ds.mem_wal_writer(shard, max_wal_flush_interval_ms=10) as direct:
@@ -206,7 +207,7 @@ def test_committed_rows_replayed_by_a_direct_pylance_open_are_read_once(pk_table
     assert whole.column("id").to_pylist().count(0) == 1 and ids(whole) == [0, 1, 2, 10, 11]
     raw = wal_rows(open_store(uri, opts), shard)  # the tailer's raw log: each entry once
     assert sorted(raw) == [0, 1, 2, 10, 11]
-    assert ids(committed_lsm_scanner(MemWalTable(uri, opts)).to_table()) == [10, 11]
+    assert ids(committed_lsm_scanner(TableView(uri, opts)).to_table()) == [10, 11]
 
 
 @pytest.mark.parametrize("backend", ["local"])
@@ -248,7 +249,7 @@ def test_committed_lsm_view_after_compaction_and_overwrite(pk_table):
     with open_shard_writer(uri, shard, SCHEMA, memtable(), opts) as w:
         w.put(make_batch(0, 3))
     commit(uri, opts, w.stats())
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     assert committed_sstables(table) == {shard: [(1, w.stats().sstables[0])]}
     compact(table)
     assert committed_sstables(table) == {}

@@ -19,11 +19,9 @@ from memwal_datasource.errors import ConfigError, Fenced, MemWalError
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.native import NativeShardWriter
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import create_table
-from memwal_datasource.writer import (
-    open_shard_writer,
-)
 from tests.helpers import SCHEMA, make_batch, new_shard, wal_entries, wal_rows
 from tests.test_writer import ROWS, wal_only
 

@@ -29,10 +29,10 @@ from memwal_datasource.format import (
 )
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import create_table
 from memwal_datasource.wal import WalAppender, WalTailer
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import SCHEMA, make_batch, new_shard
 
 both = pytest.mark.parametrize("backend", ["local", "s3"])

@@ -20,8 +20,8 @@ import pytest
 from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn, stream_app_id
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import WriterPoisoned
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.writer import open_shard_writer
 from tests.fault_proxy import FaultRule
 from tests.helpers import SCHEMA, make_batch, new_shard
 

@@ -16,9 +16,9 @@ from memwal_datasource import sharding
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import ConfigError, MemWalError
 from memwal_datasource.manifest import ManifestStore, list_shards
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.sharding import ShardingRequest
 from memwal_datasource.store import open_store
-from memwal_datasource.writer import open_shard_writer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("tenant", pa.string())])
 

@@ -1,4 +1,4 @@
-"""MemWalTable: one view of shards, commits and compaction for every reader."""
+"""TableView and MemWalTable: one view of shards, commits and compaction for every reader."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Counting(DelegatingStore):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_read_plan_costs_records_since_the_checkpoint_not_history(pk_table):
-    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.table import TableView
 
     uri, opts = pk_table
     log = CommitLog(open_store(uri, opts))  # a checkpoint every 100 records
@@ -41,7 +41,7 @@ def test_read_plan_costs_records_since_the_checkpoint_not_history(pk_table):
     for i in range(250):
         log.append(APPEND, [CommittedRange(shard, 1, i + 1, i + 1, rows=1)])
     counting = Counting(open_store(uri, opts))
-    tail = MemWalTable(uri, opts, store=counting).committed_tail()
+    tail = TableView(uri, opts, store=counting).committed_tail()
     assert [r.first for r in tail] == list(range(1, 251))
     assert [r.sequence for r in tail] == list(range(1, 251))
     assert counting.reads <= 70, counting.reads  # ~50 records + checkpoint + manifest

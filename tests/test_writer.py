@@ -14,17 +14,20 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource.config import GiB, ShardWriterConfig
-from memwal_datasource.errors import ConfigError, Fenced, MemWalError, WriterPoisoned
+from memwal_datasource.errors import (
+    ConfigError,
+    Fenced,
+    MemWalError,
+    NotInThisMode,
+    WriterPoisoned,
+    WriterStalled,
+)
 from memwal_datasource.format import wal_key
 from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import ObjectStore, open_store
 from memwal_datasource.wal import WalAppender, WalTailer
-from memwal_datasource.writer import (
-    NotInThisMode,
-    WalOnlyShardWriter,
-    WriterStalled,
-    open_shard_writer,
-)
+from memwal_datasource.writer import WalOnlyShardWriter
 from tests.helpers import (
     SCHEMA,
     DelegatingStore,

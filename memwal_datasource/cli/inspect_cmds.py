@@ -167,10 +167,10 @@ def _compaction_summary(uri: str, storage: dict[str, str], store: ObjectStore,
     """How far compaction into the base table got (``None`` without a base table)."""
     if lance_info is None:
         return None
-    from ..table import MemWalTable
+    from ..table import TableView
 
     try:
-        snap = MemWalTable(uri, storage, store=store).snapshot(lance_info["version"])
+        snap = TableView(uri, storage, store=store).snapshot(lance_info["version"])
     except MemWalError:
         return None
     return {"base_version": snap.base_version, "round": snap.compacted_round,

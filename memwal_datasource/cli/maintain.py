@@ -40,10 +40,10 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int
 
     from ..compact import compact as run_compaction
     from ..compact import planned_rounds
-    from ..table import MemWalTable
+    from ..table import TableView
 
     open_table(uri, storage)
-    table = MemWalTable(uri, storage)
+    table = TableView(uri, storage)
     plan = run_compaction(table, dry_run=True)
     pending = plan.pending_records
     if dry_run or not pending:
@@ -106,14 +106,14 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
 
     from ..errors import Fenced
     from ..gc import collect
-    from ..table import MemWalTable
+    from ..table import TableView
 
     open_table(uri, storage)
     try:
         with Progress(TextColumn("deleting"), BarColumn(), MofNCompleteColumn(),
                       console=new_console(), disable=as_json or dry_run, transient=True) as bar:
             task = bar.add_task("gc", total=None)
-            done = collect(MemWalTable(uri, storage), retain_seconds=retain_hours * 3600,
+            done = collect(TableView(uri, storage), retain_seconds=retain_hours * 3600,
                            retain_manifest_versions=retain_manifest_versions, dry_run=dry_run,
                            progress=lambda i, n: bar.update(task, completed=i, total=n))
     except Fenced as exc:

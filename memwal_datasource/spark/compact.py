@@ -51,7 +51,7 @@ from ..compact import (
     sstable_marks,
 )
 from ..compact import compact as core_compact
-from ..table import CompactionRound, MemWalTable, data_schema, last_per_key, primary_key_of
+from ..table import CompactionRound, TableView, data_schema, last_per_key, primary_key_of
 
 log = logging.getLogger("memwal_datasource")
 ORDER = "__memwal_order"  # a row's place in the round's commit order
@@ -68,7 +68,7 @@ def shard_tasks(ranges: list[CommittedRange]) -> list[list[tuple[int, CommittedR
 def read_task(uri: str, storage_options: dict[str, str], schema: pa.Schema, pk: list[str],
               group: list[tuple[int, CommittedRange]]) -> bytes:
     """One shard's rows of a round (runs on an executor): Arrow IPC with :data:`ORDER`."""
-    table = MemWalTable(uri, storage_options)
+    table = TableView(uri, storage_options)
     pieces = []
     for index, rng in group:
         rows = table.range_rows([rng], schema)
@@ -86,7 +86,7 @@ def read_task(uri: str, storage_options: dict[str, str], schema: pa.Schema, pk: 
 def _round_on_spark(spark, storage_options: dict[str, str]):
     """A ``run_round`` for the core loop: read on executors, fold and commit on the driver."""
 
-    def run(table: MemWalTable, rnd: CompactionRound) -> RoundResult:
+    def run(table: TableView, rnd: CompactionRound) -> RoundResult:
         t0 = time.perf_counter()
         ds = table.dataset()
         schema = data_schema(ds.schema)
@@ -127,7 +127,7 @@ def compact(spark, path: str, storage_options: Mapping[str, str] | None = None, 
     crashed compactors of either kind. Logs a line per round and a summary.
     """
     opts = dict(storage_options or {})
-    table = MemWalTable(path, opts)
+    table = TableView(path, opts)
     t0 = time.perf_counter()
     done = 0
 

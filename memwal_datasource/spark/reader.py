@@ -22,14 +22,14 @@ from ..store import open_store
 from ..table import (
     ROW_KEY,
     TOMBSTONE,
-    MemWalTable,
+    TableView,
     data_schema,
     field_ids,
     last_per_key,
     primary_key_of,
 )
 from ..wal import WalTailer
-from ..writer import cast_columns
+from ..writer_base import cast_columns
 from .options import ReadOptions
 
 METADATA_FIELDS = [
@@ -81,7 +81,7 @@ def plan_partitions(opts: ReadOptions, store) -> list[WalRange]:
     parts: list[WalRange] = []
     if opts.committed:
         # Committed and not yet compacted: compacted records live in the base table.
-        view = CommittedView(MemWalTable(opts.path, opts.storage, store=store).committed_tail())
+        view = CommittedView(TableView(opts.path, opts.storage, store=store).committed_tail())
         shards = view.shards()
     else:
         view = None
@@ -116,7 +116,7 @@ def read_partition(opts: ReadOptions, table_schema: pa.Schema,
     """Yield the partition's rows as record batches, one WAL entry at a time."""
     schema = output_schema(table_schema, opts.metadata_columns)
     wanted = pa.schema([f for f in table_schema if f.name != TOMBSTONE])
-    table = MemWalTable(opts.path, opts.storage)
+    table = TableView(opts.path, opts.storage)
     ids = None  # the table's field ids: columns renamed since an entry are found by id
     for pos, entry in table.entries(part.shard_id, part.first, part.last):
         if not _visible_epoch(part, pos, entry.writer_epoch):
@@ -158,7 +158,7 @@ class MergedTail(InputPartition):
 
 def plan_table(opts: ReadOptions) -> list[InputPartition]:
     """Partitions of the whole-table view, all from one snapshot (so exactly once)."""
-    table = MemWalTable(opts.path, opts.storage)
+    table = TableView(opts.path, opts.storage)
     snap = table.snapshot()
     tail = tuple(snap.tail)
     parts: list[InputPartition] = []
@@ -173,7 +173,7 @@ def plan_table(opts: ReadOptions) -> list[InputPartition]:
 def read_table_part(opts: ReadOptions, part: BaseFragment | MergedTail
                     ) -> Iterator[pa.RecordBatch]:
     """Rows of one whole-table partition."""
-    table = MemWalTable(opts.path, opts.storage)
+    table = TableView(opts.path, opts.storage)
     ds = table.dataset(part.version or None)
     schema = data_schema(ds.schema)
     pk = primary_key_of(ds.schema)

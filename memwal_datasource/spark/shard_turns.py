@@ -57,10 +57,11 @@ from .. import hooks
 from ..commit import CommittedRange
 from ..errors import Fenced
 from ..leases import HeldLease, Holder, Lease, LeaseHeld, Leases
+from ..shard_writer import open_shard_writer
 from ..sharding import ShardConflict, initialize_shard
 from ..store import open_store
 from ..table import primary_key_of
-from ..writer import ShardWriter, check_schema, open_shard_writer
+from ..writer_base import ShardWriter, check_schema
 from .deletes import tombstone_schema, tombstones
 from .options import WriteOptions
 

@@ -44,7 +44,7 @@ from ..leases import HeldLease, Holder, Leases, NoFreeShard
 from ..sharding import check_requested, table_sharding
 from ..store import open_store
 from ..table import open_table, primary_key_of
-from ..writer import ShardWriter, WriterStats
+from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard

@@ -309,10 +309,10 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
 def test_gc_dry_run_lists_then_deletes(location, monkeypatch):
     from memwal_datasource.compact import compact
     from memwal_datasource.store import LocalStore
-    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.table import TableView
 
     uri, opts, store = pk_table_with_commits(location, 2)
-    compact(MemWalTable(uri, opts))
+    compact(TableView(uri, opts))
     # Just compacted: even --retain-hours 0 keeps the minimum retention, and says so.
     out = invoke("gc", uri, "--retain-hours", "0")
     assert out.exit_code == 0, out.output
@@ -337,12 +337,12 @@ def test_gc_dry_run_lists_then_deletes(location, monkeypatch):
 def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
     from memwal_datasource.compact import compact
     from memwal_datasource.gc import collect
-    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.table import TableView
 
     uri, opts, store = pk_table_with_commits(location, 3, nbytes=10)
     CommitLog(store).checkpoint()
-    compact(MemWalTable(uri, opts))
-    collect(t := MemWalTable(uri, opts), retain_seconds=0, clock=later(t))
+    compact(TableView(uri, opts))
+    collect(t := TableView(uri, opts), retain_seconds=0, clock=later(t))
     assert not store.exists(record_key(1))  # the oldest records are gone
     out = invoke("commits", uri)
     assert out.exit_code == 0, out.output
@@ -390,10 +390,10 @@ def test_gc_losing_a_race_to_a_live_writer_skips_its_shard(location, monkeypatch
     from memwal_datasource import hooks
     from memwal_datasource.compact import compact
     from memwal_datasource.store import LocalStore
-    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.table import TableView
 
     uri, opts, store = pk_table_with_commits(location, 2)
-    compact(MemWalTable(uri, opts))
+    compact(TableView(uri, opts))
     real_now = LocalStore.now_ms
     monkeypatch.setattr(LocalStore, "now_ms", lambda self: real_now(self) + 7_200_000)
     before = sorted(k for k in store.list("") if "/wal/" in k)

@@ -140,7 +140,7 @@ def test_spark_compaction_job_against_a_stalled_core_compactor(spark, spark_loca
     from memwal_datasource import hooks
     from memwal_datasource.compact import compact as core_compact
     from memwal_datasource.spark import compact as spark_compact
-    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.table import TableView
 
     uri, opts = spark_location
     storage = {k[len("storage."):]: v for k, v in opts.items()}
@@ -158,7 +158,7 @@ def test_spark_compaction_job_against_a_stalled_core_compactor(spark, spark_loca
     hooks.register("compact.before_commit", hold)
     out: dict = {}
     stalled = threading.Thread(name="stalled", target=lambda: out.update(s=core_compact(
-        MemWalTable(uri, storage), max_records_per_round=2, max_rounds=1)))
+        TableView(uri, storage), max_records_per_round=2, max_rounds=1)))
     try:
         stalled.start()
         assert held.wait(120)

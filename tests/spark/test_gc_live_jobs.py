@@ -18,9 +18,9 @@ from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.gc import collect
 from memwal_datasource.leases import Holder, Leases
 from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
-from memwal_datasource.writer import open_shard_writer
+from memwal_datasource.table import TableView, read_table
 from tests.helpers import SCHEMA, later, new_shard
 from tests.spark.test_concurrent_jobs import finish, in_thread, storage, worker_gates
 from tests.spark.test_writer import frame, read, write
@@ -34,7 +34,7 @@ def test_gc_skips_a_shard_a_live_writer_leases(pk_table):
     store = open_store(uri, opts)
     shard = new_shard()
     write_task(uri, opts, shard, [batch([1], "old")])
-    table = MemWalTable(uri, opts)
+    table = TableView(uri, opts)
     compact(table)
     holder = Holder(job_id="live-job", partition=0, label="job live (test)",
                     job_started_ms=int(time.time() * 1000))
@@ -57,7 +57,7 @@ def test_gc_skips_a_shard_a_live_writer_leases(pk_table):
     want = {1: "old-1", 2: "live-2", 3: "live-3"}
     assert {r["id"]: r["v"] for r in read_table(uri, opts).to_pylist()} == want
     # Once the lease is released, a later run collects the shard.
-    done = collect(MemWalTable(uri, opts), retain_seconds=0, clock=later(table))
+    done = collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
     assert [sp.shard_id for sp in done.shards] == [shard] and not done.skipped_busy
     assert {r["id"]: r["v"] for r in read_table(uri, opts).to_pylist()} == want
 
@@ -69,13 +69,13 @@ def test_gc_while_a_spark_task_is_paused_mid_write(spark, spark_location, tmp_pa
     every row is read once."""
     uri, opts = spark_location
     write(frame(spark, 0, 40, 2), uri, opts)  # creates the table, commits on pool shards
-    table = MemWalTable(uri, storage(opts))
+    table = TableView(uri, storage(opts))
     compact(table)
     with worker_gates(spark, tmp_path, ["append.after"], hold={"append.after"}) as gates:
         job, out = in_thread(spark, write, frame(spark, 1000, 400, 2), uri, opts)
         paused = gates.next("append.after")
     try:
-        done = collect(MemWalTable(uri, storage(opts)), retain_seconds=0, clock=later(table))
+        done = collect(TableView(uri, storage(opts)), retain_seconds=0, clock=later(table))
         assert paused["shard"] in done.skipped_busy, (paused, done)
         assert paused["shard"] not in {sp.shard_id for sp in done.shards}
         assert "result" not in out and "error" not in out  # still paused

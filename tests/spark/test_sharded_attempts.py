@@ -15,7 +15,7 @@ from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
+from memwal_datasource.table import TableView, read_table
 from tests.spark.test_sharding import BUCKETED, frame, lsm_rows, shards_of_keys
 from tests.spark.test_writer import _Gate, fail_first_attempt, write
 
@@ -40,7 +40,7 @@ def test_retried_attempts_on_a_bucketed_table_leave_each_key_once_newest(spark, 
     assert {r["id"]: r["v"] for r in table} == newest and len(table) == 4000
     if memtable == "true":
         assert lsm_rows(uri) == newest
-    compact(MemWalTable(uri))
+    compact(TableView(uri))
     base = lance.dataset(uri).to_table(columns=["id", "v"]).to_pylist()
     assert {r["id"]: r["v"] for r in base} == newest and len(base) == 4000
 

@@ -16,7 +16,7 @@ from memwal_datasource.native import committed_lsm_scanner
 from memwal_datasource.sharding import table_sharding
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
+from memwal_datasource.table import TableView, read_table
 from memwal_datasource.wal import WalTailer
 from tests.spark.test_writer import read, storage_of, write
 
@@ -132,10 +132,10 @@ def test_bucketed_pk_job_upserts_and_deletes_read_once_newest(spark, tmp_path):
     for shard in list_shards(open_store(uri)):
         ds.mem_wal_writer(shard).close()
     # Compaction folds the newest row of each key (and the deletes) into the base table.
-    compact(MemWalTable(uri))
+    compact(TableView(uri))
     base = lance.dataset(uri).to_table(columns=["id", "v"]).to_pylist()
     assert {r["id"]: r["v"] for r in base} == live and len(base) == 250
-    got = committed_lsm_scanner(MemWalTable(uri)).to_table().to_pylist()
+    got = committed_lsm_scanner(TableView(uri)).to_table().to_pylist()
     assert {r["id"]: r["v"] for r in got} == live and len(got) == 250
 
 

@@ -406,7 +406,7 @@ def test_new_stream_after_compaction_and_garbage_collection(tmp_path):
     from memwal_datasource.gc import collect
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.stream import MemWalStreamReader
-    from memwal_datasource.table import MemWalTable
+    from memwal_datasource.table import TableView
     from memwal_datasource.wal import WalAppender
 
     uri = str(tmp_path / "t.lance")
@@ -424,8 +424,8 @@ def test_new_stream_after_compaction_and_garbage_collection(tmp_path):
     for i in range(3):
         commit(i)
     CommitLog(store).checkpoint()
-    compact(MemWalTable(uri))
-    t = MemWalTable(uri)
+    compact(TableView(uri))
+    t = TableView(uri)
     collect(t, retain_seconds=0, clock=later(t))  # records 1..3 are in the base table only
     commit(3)  # record 5, after the gc record (4)
     assert not store.exists(record_key(1))

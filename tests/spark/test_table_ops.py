@@ -9,7 +9,7 @@ import pytest
 from memwal_datasource import compact, read_table
 from memwal_datasource.gc import collect
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.table import MemWalTable
+from memwal_datasource.table import TableView
 from tests.helpers import later
 from tests.spark.test_stream import run_source
 from tests.spark.test_writer import routed
@@ -40,7 +40,7 @@ def test_appends_compaction_gc_and_every_reader(spark, spark_location, tmp_path)
     base = lance.dataset(uri, storage_options=lance_storage_options(storage)).to_table()
     assert sorted(base.column("id").to_pylist()) == list(range(400))
     assert spark.read.format("memwal").options(**opts).load(uri).count() == 0  # tail empty
-    freed = collect(t := MemWalTable(uri, storage), retain_seconds=0, clock=later(t))
+    freed = collect(t := TableView(uri, storage), retain_seconds=0, clock=later(t))
     assert freed.shards  # WAL entries were released
 
     append(spark, uri, opts, 400, 450)

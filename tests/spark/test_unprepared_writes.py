@@ -33,7 +33,7 @@ from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
 from memwal_datasource.table import (
-    MemWalTable,
+    TableView,
     data_schema,
     open_table,
     read_table,
@@ -92,7 +92,7 @@ def table_rows(spark, uri) -> dict[int, str]:
 
 
 def lsm(uri) -> dict[int, str]:
-    got = committed_lsm_scanner(MemWalTable(uri)).to_table().to_pylist()
+    got = committed_lsm_scanner(TableView(uri)).to_table().to_pylist()
     out = {r["id"]: r["v"] for r in got}
     assert len(out) == len(got), "LsmScanner returned a key twice"
     return out
@@ -177,7 +177,7 @@ def test_unprepared_job_with_a_failed_turn_and_a_concurrent_job(spark, tmp_path,
     write(doomed, uri, {}, operation="delete")
     want = {k: v for k, v in want.items() if k >= 100}
     assert plain(uri) == want
-    compact(MemWalTable(uri))
+    compact(TableView(uri))
     base = lance.dataset(uri).to_table(columns=["id", "v"]).to_pylist()
     assert {r["id"]: r["v"] for r in base} == want and len(base) == len(want)
     assert lsm(uri) == want
@@ -244,7 +244,7 @@ def test_a_speculative_attempt_while_a_sibling_waits_for_its_shards(tmp_path, me
     assert plain(uri) == want
     if memtable == "true":
         assert lsm(uri) == want
-    compact(MemWalTable(uri))
+    compact(TableView(uri))
     base = lance.dataset(uri).to_table(columns=["id", "v"]).to_pylist()
     assert {r["id"]: r["v"] for r in base} == want and len(base) == len(want)
     assert lsm(uri) == want
