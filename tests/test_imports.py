@@ -31,10 +31,6 @@ PACKAGES = ("memwal_datasource", "benchmarks")
 # smallest module on).
 KNOWN_ELSEWHERE: frozenset[tuple[str, ...]] = frozenset({
     ("benchmarks.bench_s3_client", "benchmarks.run"),
-    ("memwal_datasource.azure_store", "memwal_datasource.obstore_store",
-     "memwal_datasource.store"),
-    ("memwal_datasource.gcs_store", "memwal_datasource.obstore_store",
-     "memwal_datasource.store"),
     ("memwal_datasource.spark.deletes", "memwal_datasource.spark.source"),
     ("memwal_datasource.spark.deletes", "memwal_datasource.spark.source",
      "memwal_datasource.spark.writer", "memwal_datasource.spark.shard_turns"),
