@@ -420,7 +420,8 @@ class CommitLog:
         raise CommitRefused(
             f"run the job again: its commit record {seq} stalled so long that garbage "
             f"collection had already folded record {seq} into checkpoint {ck.sequence} and "
-            "deleted it, so this record would never be read. Nothing was committed")
+            "deleted it, so this record would never be read. Nothing was committed",
+            reason=CommitRefused.STALLED)
 
     def _check_ranges(self, ranges: list[CommittedRange], seq: int, ordered_epochs: bool) -> None:
         """Refuse ranges a garbage collection before ``seq`` released, or (with
@@ -435,14 +436,17 @@ class CommitLog:
                     f"run the job again: garbage collection released WAL positions below "
                     f"{floor} of shard {r.shard_id} while this job ran (its writer, epoch "
                     f"{r.epoch}, was fenced), so positions {r.first}..{r.last} cannot be "
-                    "committed. Nothing was committed")
+                    "committed. Nothing was committed", reason=CommitRefused.GC_FLOOR,
+                    shard_id=r.shard_id, epoch=r.epoch, first=r.first, last=r.last, floor=floor)
             newer = state.epochs.get(r.shard_id, 0)
             if ordered_epochs and r.epoch < newer:
                 raise CommitRefused(
                     f"run the job again: shard {r.shard_id} already has a commit of a newer "
                     f"writer (epoch {newer}) than this job's (epoch {r.epoch}), and a shard's "
                     "writers commit in epoch order so that every reader agrees on each key's "
-                    "newest value. Nothing was committed")
+                    "newest value. Nothing was committed", reason=CommitRefused.NEWER_EPOCH,
+                    shard_id=r.shard_id, epoch=r.epoch, first=r.first, last=r.last,
+                    newer_epoch=newer)
 
     def _auto_checkpoint(self, seq: int) -> None:
         if not self.checkpoint_interval or seq % self.checkpoint_interval:
