@@ -158,8 +158,8 @@ class Rehomer:
                 held[shard] = self._take(shard, exc)
             mine = sorted((r for r in ranges if r.shard_id == shard), key=lambda r: r.first)
             self._check_floor(shard, mine)
-            moved = RehomedShard(shard, mine, None,
-                                 overtaken_by=self.overtaker(shard, state.epochs.get(shard, 0)))
+            moved = RehomedShard(shard, mine, None, overtaken_by=self.overtaker(
+                shard, state.epochs.get(shard, 0), search_back=0))
             moved.new = self._move(shard, mine)
             self.rehomed.append(moved)
             ranges = [r for r in ranges if r.shard_id != shard]
@@ -267,9 +267,9 @@ class Rehomer:
 
     # -- naming the overtaker ------------------------------------------------------------
 
-    def overtaker(self, shard: str, epoch: int) -> str:
+    def overtaker(self, shard: str, epoch: int, search_back: int = RECENT_RECORDS) -> str:
         """The committed writer of ``shard`` at ``epoch``, as people know it."""
-        rec = find_epoch_record(self.log, shard, epoch)
+        rec = find_epoch_record(self.log, shard, epoch, search_back)
         return describe_record(rec) if rec else f"a writer of epoch {epoch}"
 
     def _gave_up(self, refusals: list[CommitRefused]) -> CommitRefused:
@@ -293,12 +293,17 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     return schema.with_metadata(meta)
 
 
-def find_epoch_record(log: CommitLog, shard: str, epoch: int) -> CommitRecord | None:
-    """The record that committed ``epoch`` of ``shard`` (best effort: ``None`` if gone)."""
+def find_epoch_record(log: CommitLog, shard: str, epoch: int,
+                      search_back: int = RECENT_RECORDS) -> CommitRecord | None:
+    """The record that committed ``epoch`` of ``shard`` (best effort: ``None`` if gone).
+
+    Looked up among the visible ranges, then (no longer visible: compacted and
+    collected, or overwritten) among the ``search_back`` newest records.
+    """
     state = log.state()
     seqs = sorted({r.sequence for r in state.visible
                    if r.shard_id == shard and r.epoch == epoch and r.sequence}, reverse=True)
-    seqs += [s for s in range(state.sequence, max(0, state.sequence - RECENT_RECORDS), -1)
+    seqs += [s for s in range(state.sequence, max(0, state.sequence - search_back), -1)
              if s not in seqs]
     for seq in seqs:
         try:
