@@ -548,7 +548,7 @@ class CommitLog:
             if done is not None:
                 return CommitResult(done, False)
         raise CommitRefused(part.reason or f"run the job again: commit record {rec.sequence} "
-                            "refused it. Nothing was committed")
+                            "refused it. Nothing was committed", **part.refusal)
 
     def _unknown(self, intent: Intent) -> OutcomeUnknown:
         return OutcomeUnknown(
@@ -652,14 +652,17 @@ def check_ranges(state: Checkpoint, ranges: list[CommittedRange], ordered_epochs
                 f"run the job again: garbage collection released WAL positions below "
                 f"{floor} of shard {r.shard_id} while this job ran (its writer, epoch "
                 f"{r.epoch}, was fenced), so positions {r.first}..{r.last} cannot be "
-                "committed. Nothing was committed")
+                "committed. Nothing was committed", reason=CommitRefused.GC_FLOOR,
+                shard_id=r.shard_id, epoch=r.epoch, first=r.first, last=r.last, floor=floor)
         newer = state.epochs.get(r.shard_id, 0)
         if ordered_epochs and r.epoch < newer:
             raise CommitRefused(
                 f"run the job again: shard {r.shard_id} already has a commit of a newer "
                 f"writer (epoch {newer}) than this job's (epoch {r.epoch}), and a shard's "
                 "writers commit in epoch order so that every reader agrees on each key's "
-                "newest value. Nothing was committed")
+                "newest value. Nothing was committed", reason=CommitRefused.NEWER_EPOCH,
+                shard_id=r.shard_id, epoch=r.epoch, first=r.first, last=r.last,
+                newer_epoch=newer)
 
 
 def judge(state: Checkpoint, part: Member, sequence: int) -> Member:
@@ -675,7 +678,7 @@ def judge(state: Checkpoint, part: Member, sequence: int) -> Member:
     try:
         check_ranges(state, part.ranges, part.ordered)
     except CommitRefused as exc:
-        return replace(part, verdict=REFUSED, reason=str(exc))
+        return replace(part, verdict=REFUSED, reason=str(exc), refusal=exc.details())
     state.apply(part, sequence)
     return part
 

@@ -89,6 +89,7 @@ class Member:
     ordered: bool = False
     verdict: str = COMMITTED
     reason: str = ""
+    refusal: dict = field(default_factory=dict)  # CommitRefused's structured fields
     prior: int | None = None
 
     def to_dict(self) -> dict:
@@ -150,7 +151,9 @@ class CommitRecord:
         return CommitRecord(sequence=self.sequence, kind=self.kind, job_id=m.job_id,
                             ranges=list(m.ranges), created_ms=self.created_ms,
                             writer_group=m.writer_group, query_id=m.query_id,
-                            batch_id=m.batch_id, extra=dict(self.extra),
+                            batch_id=m.batch_id,
+                            # the extra (label, floors) is the leader's own
+                            extra=dict(self.extra) if m is self.parts()[0] else {},
                             txn_app_id=m.txn_app_id, txn_version=m.txn_version,
                             ordered=m.ordered, intent_id=m.intent_id)
 

@@ -95,7 +95,35 @@ class CommitRefused(MemWalError):
     The message starts with the fix (run the job again) and says why: garbage
     collection released the positions, a newer writer of the shard committed
     first, or the commit stalled past a collection of the commit log.
+    ``reason`` says which (:data:`GC_FLOOR`, :data:`NEWER_EPOCH`, :data:`STALLED`;
+    empty if unknown); ``shard_id``, ``epoch``, ``first`` and ``last`` name the
+    refused range, ``newer_epoch`` the committed epoch that overtook it, ``floor``
+    the first position gc kept. A driver re-homes a :data:`NEWER_EPOCH` refusal
+    (:mod:`memwal_datasource.rehome`) instead of failing.
     """
+
+    GC_FLOOR = "gc_floor"
+    NEWER_EPOCH = "newer_epoch"
+    STALLED = "stalled"
+
+    def __init__(self, message: str, *, reason: str = "", shard_id: str | None = None,
+                 epoch: int | None = None, first: int | None = None, last: int | None = None,
+                 newer_epoch: int | None = None, floor: int | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.shard_id = shard_id
+        self.epoch = epoch
+        self.first = first
+        self.last = last
+        self.newer_epoch = newer_epoch
+        self.floor = floor
+
+    def details(self) -> dict:
+        """The structured fields, as keyword arguments that rebuild this error."""
+        return {k: v for k, v in (("reason", self.reason), ("shard_id", self.shard_id),
+                                  ("epoch", self.epoch), ("first", self.first),
+                                  ("last", self.last), ("newer_epoch", self.newer_epoch),
+                                  ("floor", self.floor)) if v not in (None, "")}
 
 
 class CollectedError(MissingEntryError):

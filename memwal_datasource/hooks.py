@@ -20,6 +20,10 @@ Points (keyword arguments passed to hooks):
 * ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.
 * ``turn.written`` (shard, epoch, job_id, partition, attempt): a Spark task put the rows
   that waited for a shard (its turn on it), before closing its writer.
+* ``rehome.refused`` (job_id, shards, round): a driver's commit was overtaken on
+  ``shards``; it re-homes them next (:mod:`memwal_datasource.rehome`).
+* ``rehome.written`` (shard, job_id, epoch, first, last): it wrote one shard's rows again
+  at the tip, holding the shard's lease until its commit.
 """
 
 from __future__ import annotations

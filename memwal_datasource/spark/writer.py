@@ -41,9 +41,10 @@ from ..commit import (
 )
 from ..errors import ConfigError
 from ..leases import HeldLease, Holder, Leases, NoFreeShard
+from ..rehome import DRIVER_PARTITION, Rehomer
 from ..sharding import check_requested, table_sharding
 from ..store import open_store
-from ..table import open_table, primary_key_of
+from ..table import TableView, open_table, primary_key_of
 from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
@@ -360,12 +361,14 @@ def prepare_writer_options(opts: WriteOptions, schema: pa.Schema) -> WriteOption
 
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
                query_id: str | None = None, batch_id: int | None = None,
-               txn: Txn | None = None) -> CommitRecord | None:
+               txn: Txn | None = None, job_label: str | None = None) -> CommitRecord | None:
     """Write the job's one commit record and log a summary line.
 
     With ``txn`` (an idempotency key) a job whose key is already committed
     writes nothing and returns the earlier record. A micro-batch that wrote no
-    rows writes no record and returns ``None``.
+    rows writes no record and returns ``None``. On a sharded table a shard
+    another writer overtook is re-homed (:mod:`memwal_datasource.rehome`);
+    ``job_label`` names the job in its record and leases.
     """
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     # Per shard in WAL order: a later turn's rows win (see shard_turns).
@@ -375,12 +378,19 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     if query_id is not None and not ranges and kind == APPEND:
         log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)
         return None
-    log_ = CommitLog(open_store(opts.path, opts.storage))
-    # Sharded (primary-key) tables: a shard's writers commit in epoch order, so every
-    # reader agrees on each key's newest value. Pools of unkeyed shards need no order.
-    result = log_.append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
-                         query_id=query_id, batch_id=batch_id, txn=txn,
-                         ordered_epochs=opts.sharding is not None)
+    job_label = job_label or f"job {job_id}"
+    table = TableView(opts.path, opts.storage)
+    append = table.commits.append
+    if opts.sharding is not None:
+        # Sharded (primary-key) tables: a shard's writers commit in epoch order, so every
+        # reader agrees on each key's newest value; an overtaken shard is re-homed.
+        # Pools of unkeyed shards need no order.
+        append = Rehomer(table, Holder(job_id, DRIVER_PARTITION, label=f"{job_label} (commit)",
+                                       job_started_ms=int(started * 1000)),
+                         opts.config, opts.lease_wait_s, opts.lease_ttl_s).append
+    result = append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
+                    query_id=query_id, batch_id=batch_id, txn=txn, extra={"label": job_label},
+                    ordered_epochs=opts.sharding is not None)
     rec = result.record
     if not result.created:
         log.warning("memwal %s: idempotency key %s version %d is already committed as record "
@@ -433,7 +443,8 @@ class MemWalBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
-                                      self.job_id, self.started, txn=self.opts.txn)
+                                      self.job_id, self.started, txn=self.opts.txn,
+                                      job_label=self.job.label)
 
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
@@ -486,7 +497,8 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         # acknowledgement was lost) commit once, checked against the whole log.
         commit_job(self.opts, messages, APPEND, f"{self.query_id}:{batchId}", self.started,
                    query_id=self.query_id, batch_id=batchId,
-                   txn=Txn(stream_app_id(self.query_id), batchId))
+                   txn=Txn(stream_app_id(self.query_id), batchId),
+                   job_label=f"stream {self.query_id} batch {batchId}")
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         log.warning("memwal stream %s batch %d aborted; nothing committed", self.query_id,
