@@ -63,9 +63,10 @@ from .format import (
     has_field_ids,
 )
 from .leases import DEFAULT_TTL_S, HeldLease, Holder, LeaseHeld, Leases
+from .shard_writer import open_shard_writer
 from .table import TableView, field_ids, without_row_key
 from .wal import WalAppender
-from .writer import cast_columns, open_shard_writer
+from .writer_base import cast_columns
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from memwal_datasource.format import FIELD_ID_KEY
 from memwal_datasource.leases import Holder, Leases
 from memwal_datasource.native import committed_lsm_scanner
 from memwal_datasource.rehome import DRIVER_PARTITION, Rehomer
+from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.sharding import ShardingRequest, initialize_shard, table_sharding
 from memwal_datasource.sharding import create_table as create_sharded
-from memwal_datasource.table import TOMBSTONE, MemWalTable, open_table, read_table, without_row_key
+from memwal_datasource.table import TOMBSTONE, TableView, open_table, read_table, without_row_key
 from memwal_datasource.wal import WalTailer
-from memwal_datasource.writer import open_shard_writer
 from tests.helpers import committed_view
 
 EVENT_TIMEOUT_S = 60  # a deadline for an event that never comes, not a wait
@@ -49,7 +49,7 @@ def table(location, request):
     (in MemTable mode for tests that take ``native``)."""
     uri, opts = location
     create_sharded(uri, SCHEMA, ["id"], opts, ShardingRequest(bucket_column="id", num_buckets=2))
-    t = MemWalTable(uri, opts)
+    t = TableView(uri, opts)
     native = request.getfixturevalue("native") if "native" in request.fixturenames else False
     commit(t, "seed", write(t, range(200), "seed", native=native))
     return t
@@ -59,7 +59,7 @@ def config(native: bool) -> ShardWriterConfig:
     return ShardWriterConfig(enable_memtable=native, max_wal_flush_interval_ms=20)
 
 
-def write(t: MemWalTable, ids, value: str, *, native: bool = False, delete: bool = False,
+def write(t: TableView, ids, value: str, *, native: bool = False, delete: bool = False,
           only: str | None = None) -> list[CommittedRange]:
     """One job's writes (as its tasks would): each shard of ``ids`` opened, written, closed."""
     ds = open_table(t.uri, t.storage_options)
@@ -86,45 +86,45 @@ def write(t: MemWalTable, ids, value: str, *, native: bool = False, delete: bool
     return out
 
 
-def commit(t: MemWalTable, job: str, ranges, **kwargs):
+def commit(t: TableView, job: str, ranges, **kwargs):
     """Commit as a job without re-homing (refused if overtaken)."""
     return CommitLog(t.store).append(APPEND, ranges, job_id=job, ordered_epochs=True,
                                      extra={"label": f"job {job} (test)"}, **kwargs)
 
 
-def rehomer(t: MemWalTable, job: str, native: bool = False, **kwargs) -> Rehomer:
-    return Rehomer(MemWalTable(t.uri, t.storage_options),
+def rehomer(t: TableView, job: str, native: bool = False, **kwargs) -> Rehomer:
+    return Rehomer(TableView(t.uri, t.storage_options),
                    Holder(job, DRIVER_PARTITION, label=f"job {job}"), config(native),
                    lease_wait_s=EVENT_TIMEOUT_S, **kwargs)
 
 
-def rehomed_commit(t: MemWalTable, job: str, ranges, native: bool = False, **kwargs):
+def rehomed_commit(t: TableView, job: str, ranges, native: bool = False, **kwargs):
     return rehomer(t, job, native).append(APPEND, ranges, job_id=job, ordered_epochs=True,
                                           extra={"label": f"job {job}"}, **kwargs)
 
 
-def rows(t: MemWalTable) -> dict[int, str]:
+def rows(t: TableView) -> dict[int, str]:
     got = read_table(t.uri, t.storage_options).to_pylist()
     out = {r["id"]: r["v"] for r in got}
     assert len(out) == len(got), "read_table returned a key twice"
     return out
 
 
-def lsm(t: MemWalTable) -> dict[int, str]:
-    got = committed_lsm_scanner(MemWalTable(t.uri, t.storage_options)).to_table().to_pylist()
+def lsm(t: TableView) -> dict[int, str]:
+    got = committed_lsm_scanner(TableView(t.uri, t.storage_options)).to_table().to_pylist()
     out = {r["id"]: r["v"] for r in got}
     assert len(out) == len(got), "the LSM view returned a key twice"
     return out
 
 
-def agree(t: MemWalTable, want: dict[int, str], native: bool) -> None:
+def agree(t: TableView, want: dict[int, str], native: bool) -> None:
     """Every reader, before and after compaction, sees ``want``, each key once."""
     assert rows(t) == want
-    assert committed_view(MemWalTable(t.uri, t.storage_options)) == Counter(want.items())
+    assert committed_view(TableView(t.uri, t.storage_options)) == Counter(want.items())
     if native:
         assert lsm(t) == want
-    compact(MemWalTable(t.uri, t.storage_options))
-    base = MemWalTable(t.uri, t.storage_options).dataset().to_table(
+    compact(TableView(t.uri, t.storage_options))
+    base = TableView(t.uri, t.storage_options).dataset().to_table(
         columns=["id", "v"]).to_pylist()
     assert {r["id"]: r["v"] for r in base} == want and len(base) == len(want)
     assert rows(t) == want

@@ -16,7 +16,7 @@ from memwal_datasource.compact import compact
 from memwal_datasource.native import committed_lsm_scanner
 from memwal_datasource.spark.source import checkpoint_query_id
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable, read_table
+from memwal_datasource.table import TableView, read_table
 from tests.spark.test_concurrent_jobs import finish, in_thread, storage, worker_gates
 from tests.spark.test_writer import write
 
@@ -34,7 +34,7 @@ def records(uri: str, opts: dict) -> list:
 def agree(spark, uri: str, opts: dict, want: dict[int, str], memtable: str) -> None:
     """The whole-table read, view=table, Lance's LSM view and (after compaction) the base
     table all hold ``want``, each key once."""
-    table = MemWalTable(uri, storage(opts))
+    table = TableView(uri, storage(opts))
 
     def keyed(rows) -> dict[int, str]:
         out = {r["id"]: r["v"] for r in rows}
