@@ -456,6 +456,7 @@ class CommitLog:
         intent = Intent.new(rec, after)
         rec.intent_id = intent.intent_id
         self._intents.write(intent)
+        hooks.point("commit.intent", intent_id=intent.intent_id, job_id=rec.job_id)
         waited: dict[str, float] = {}  # leader's intent id: when we began waiting for it
         try:
             while True:
