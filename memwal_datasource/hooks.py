@@ -20,6 +20,10 @@ Points (keyword arguments passed to hooks):
 * ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.
 * ``turn.written`` (shard, epoch, job_id, partition, attempt): a Spark task put the rows
   that waited for a shard (its turn on it), before closing its writer.
+* ``hold.put`` (hold_id, after_seq): a stream wrote or refreshed its reader hold.
+* ``gc.replan`` (sequence): gc plans again (a commit took its record's number, or a
+  stream's hold appeared since the plan); ``gc.held`` (after_seq): after its record, gc
+  keeps what a stream that held meanwhile planned.
 """
 
 from __future__ import annotations
