@@ -37,6 +37,16 @@ our tip search start there), and the ``gc`` record lists the floors *before*
 anything is deleted. Every step is safe to crash after: the fence and the
 record only make less committable, deletes are idempotent, and a re-run
 recomputes the same floors.
+
+**Live streams keep what they planned.** A stream writes a reader hold
+(:mod:`memwal_datasource.holds`) before it plans a micro-batch: gc releases no
+commit record above a live hold's ``after_seq`` (nor the WAL entries such
+records name) and says which stream held them. Holds are read when planning,
+again just before the ``gc`` record (a hold that appeared meanwhile means
+plan again), and once more after it: a stream that wrote its hold and then
+planned before the record landed is kept from deletion, even though the
+recorded floors are above it. A stream that holds after the record sees
+the floors when it plans, so it never plans what gc is deleting.
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ from dataclasses import dataclass, field
 from . import hooks
 from .commit import COMMIT_DEADLINE_S, GC, SequenceTaken, record_key
 from .errors import Fenced, MemWalError
-from .format import manifest_key
+from .format import manifest_key, parse_bit_reversed_name
+from .holds import ReaderHold, ReaderHolds, lowest_held
 from .leases import Holder, Lease, Leases
 from .manifest import ManifestStore
 from .rounds import (
@@ -98,11 +109,15 @@ class GcPlan:
     pending_seq: int = 0  # compacted records still inside the retention
     skipped_busy: list[str] = field(default_factory=list)  # shards a live job held
     gc_sequence: int | None = None  # the gc record written
+    now_ms: int = 0  # the store's clock when planned (retention and holds judged at it)
+    held_by: ReaderHold | None = None  # the live stream hold that kept records back
+    held_from: int = 0  # ... records held_by.after_seq + 1 .. held_from were kept for it
+    holds: list[tuple[str, int]] = field(default_factory=list)  # long-expired stream holds
 
     def items(self) -> list[tuple[str, int]]:
         """Every ``(key, bytes)`` to delete (commit records in ascending order)."""
         wal = [item for s in self.shards for item in s.entries]
-        return wal + self.records + self.manifests + self.rounds
+        return wal + self.records + self.manifests + self.rounds + self.holds
 
     @property
     def bytes(self) -> int:
@@ -112,14 +127,28 @@ class GcPlan:
     def kept_reason(self) -> str:
         """Why less than everything compacted was deleted, for people."""
         reasons = []
-        if self.pending_seq > self.releasable_seq:
+        retained = self.held_from if self.held_by is not None else self.releasable_seq
+        if self.pending_seq > retained:
             reasons.append(
-                f"commit records {self.releasable_seq + 1}..{self.pending_seq} were compacted "
+                f"commit records {retained + 1}..{self.pending_seq} were compacted "
                 f"less than the retention ({self.retain_seconds:g} s) ago")
         if self.skipped_busy:
             reasons.append(f"{len(self.skipped_busy)} shard(s) are held by a live writer "
                            "(collected on a later run)")
+        if self.held_by is not None:
+            who = self.held_by.describe(self.now_ms or None)
+            reasons.append(f"commit records {self.held_by.after_seq + 1}..{self.held_from} "
+                           f"are held by {who}: it has yet to read them")
         return "; ".join(reasons)
+
+    def hold(self, holds: list[ReaderHold]) -> bool:
+        """Release nothing above the lowest live hold; ``True`` if that kept anything."""
+        low = lowest_held(holds)
+        if low is None or low.after_seq >= self.releasable_seq:
+            return False
+        self.held_by, self.held_from = low, max(self.held_from, self.releasable_seq)
+        self.releasable_seq = max(low.after_seq, 0)
+        return True
 
 
 def effective_retention(retain_seconds: float) -> float:
@@ -176,7 +205,8 @@ def plan(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
          retain_manifest_versions: int = 10,
          clock: Callable[[], int] | None = None) -> GcPlan:
     """What a collection would delete now (it writes only a clock probe and missing done
-    markers of committed rounds).
+    markers of committed rounds). Nothing a live stream holds is released
+    (:mod:`memwal_datasource.holds`); stream holds that expired long ago go.
 
     ``clock`` returns the store's time in ms (default: :meth:`ObjectStore.now_ms`);
     tests pass one that runs ahead to stand for time passing.
@@ -188,7 +218,11 @@ def plan(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
     recorded = recorded_round(table.store, base.version)
     now = (clock or table.store.now_ms)()
     releasable, out.pending_seq = releasable_through(table, recorded, now - int(retain * 1000))
-    out.releasable_seq = releasable = min(releasable, out.through_seq)
+    out.releasable_seq = min(releasable, out.through_seq)
+    holds = ReaderHolds(table.store)
+    out.hold(holds.live(now))  # what a live stream planned stays
+    out.holds = holds.forgotten(now)
+    releasable = out.releasable_seq
     first = table.commits.first_stored()
     floors = _floors(table, out.through_seq, releasable, first)
     for shard, floor in sorted(floors.items()):
@@ -215,7 +249,29 @@ def plan(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
             if size is not None:
                 out.manifests.append((key, size))
     out.rounds = _old_rounds(table, base)
+    out.now_ms = now
     return out
+
+
+def _keep_for_late_holds(table: TableView, todo: GcPlan) -> None:
+    """After the ``gc`` record: keep what a hold written since the plan needs.
+
+    A stream that wrote its hold before the record landed may have planned
+    records the record releases (it saw no floors yet): their WAL entries and
+    records are not deleted, though the recorded floors stay (commits below
+    them are refused all the same). Time is the plan's: a hold live then is
+    live now.
+    """
+    if not todo.hold(ReaderHolds(table.store).live(todo.now_ms)):
+        return
+    floors = _floors(table, todo.through_seq, todo.releasable_seq,
+                     table.commits.first_stored())
+    for sp in todo.shards:
+        keep_from = floors.get(sp.shard_id, 0)
+        sp.entries = [(k, n) for k, n in sp.entries if parse_bit_reversed_name(k) < keep_from]
+    todo.records = [(k, n) for k, n in todo.records
+                    if int(k.rsplit("/", 1)[-1].split(".")[0]) <= todo.releasable_seq]
+    hooks.point("gc.held", after_seq=todo.held_by.after_seq)
 
 
 def _old_rounds(table: TableView, base) -> list[tuple[str, int]]:
@@ -287,6 +343,9 @@ def collect(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
             fenced = [sp for sp in todo.shards if _fence(table, sp)]
             todo.skipped_busy += [sp.shard_id for sp in todo.shards if sp not in fenced]
             todo.shards = fenced
+            if _new_hold(table, todo):
+                hooks.point("gc.replan", sequence=todo.through_seq + 1)
+                continue  # a stream started holding since the plan: plan again, seeing it
             if todo.shards:
                 try:
                     rec = table.commits.append(GC, [], extra={
@@ -303,6 +362,7 @@ def collect(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
             # leases longer would keep live writers waiting.
             for lease in leases:
                 Leases(table.store).release(lease)
+        _keep_for_late_holds(table, todo)
         if todo.records:
             table.commits.checkpoint()
         _delete(table, todo, progress)
@@ -314,6 +374,12 @@ def collect(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
         return todo
     raise MemWalError(f"run gc again: commits kept landing on {table.uri} while it planned "
                       f"({MAX_REPLANS} tries); nothing was deleted")
+
+
+def _new_hold(table: TableView, todo: GcPlan) -> bool:
+    """Whether a live hold keeps back more than the plan knew of (a stream started)."""
+    low = lowest_held(ReaderHolds(table.store).live(todo.now_ms))
+    return low is not None and low.after_seq < todo.releasable_seq
 
 
 def _delete(table: TableView, todo: GcPlan, progress: Callable[[int, int], None] | None,

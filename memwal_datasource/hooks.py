@@ -26,6 +26,10 @@ Points (keyword arguments passed to hooks):
   ``shards``; it re-homes them next (:mod:`memwal_datasource.rehome`).
 * ``rehome.written`` (shard, job_id, epoch, first, last): it wrote one shard's rows again
   at the tip, holding the shard's lease until its commit.
+* ``hold.put`` (hold_id, after_seq): a stream wrote or refreshed its reader hold.
+* ``gc.replan`` (sequence): gc plans again (a commit took its record's number, or a
+  stream's hold appeared since the plan); ``gc.held`` (after_seq): after its record, gc
+  keeps what a stream that held meanwhile planned.
 """
 
 from __future__ import annotations

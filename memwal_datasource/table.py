@@ -14,6 +14,7 @@ non-nullable field) and initialises the MemWAL index on it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -194,29 +195,82 @@ def data_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def schema_mismatch(table: pa.Schema, incoming: pa.Schema) -> str | None:
-    """Describe how ``incoming`` differs from the table's schema, or ``None``.
+def schema_mismatch(table: pa.Schema, incoming: pa.Schema, path: str = "<table>") -> str | None:
+    """How a write of ``incoming`` to the table at ``path`` is refused, fix first; or ``None``.
 
-    Names and types must match (string widths aside). Nullability is not
-    judged here: Spark marks columns nullable after most expressions and UDFs,
-    so a nullable column may feed a non-nullable one; the writer checks the data
-    and fails naming the column if a null arrives, before writing that batch.
+    Columns are matched by name. The DataFrame may omit nullable columns of the
+    table (a column ``add_columns`` added, say): the writer fills them with
+    nulls, as Delta and Iceberg do (:func:`with_table_columns`). It may not omit
+    a non-nullable one, nor carry a column the table lacks (the fix names the
+    ``add_columns`` call). The columns it has keep the table's order. Types
+    must match (string widths aside). Nullability is not judged here: Spark
+    marks columns nullable after most expressions and UDFs, so a nullable
+    column may feed a non-nullable one; the writer checks the data and fails
+    naming the column if a null arrives, before writing that batch.
     """
-    if table.names != incoming.names:
-        missing = [n for n in table.names if n not in incoming.names]
-        extra = [n for n in incoming.names if n not in table.names]
-        parts = []
-        if missing:
-            parts.append(f"missing column(s) {missing}")
-        if extra:
-            parts.append(f"unexpected column(s) {extra}")
-        if not parts:
-            parts.append(f"column order {incoming.names} differs from {table.names}")
-        return "; ".join(parts)
-    for t, i in zip(table, incoming, strict=True):
+    extra = [f for f in incoming if f.name not in table.names]
+    if extra:
+        return add_columns_fix(extra, path)
+    required = [f.name for f in table if f.name not in incoming.names and not f.nullable]
+    if required:
+        return (f"Add column(s) {required} to the DataFrame: they are not nullable in the "
+                f"table at {path}, so a write cannot leave them out (missing column(s) "
+                f"{required}; nullable columns it leaves out are filled with nulls).")
+    order = [n for n in table.names if n in incoming.names]
+    if order != incoming.names:
+        return (f"Select the columns in the table's order, e.g. df.select({order}): the "
+                f"DataFrame's column order {incoming.names} differs from the table's "
+                f"{table.names} at {path}.")
+    for i in incoming:
+        t = table.field(i.name)
         if not t.type.equals(i.type) and not same_logical_type(t.type, i.type):
-            return f"column '{t.name}' is {i.type} in the DataFrame but {t.type} in the table"
+            return (f"Cast column '{t.name}' to {t.type}: column '{t.name}' is {i.type} in the "
+                    f"DataFrame but {t.type} in the table at {path}.")
     return None
+
+
+def add_columns_fix(extra: Sequence[pa.Field], path: str) -> str:
+    """The refusal of a write with columns the table lacks: the pylance call that adds them."""
+    names = [f.name for f in extra]
+    fields = ", ".join(f"pa.field({f.name!r}, pa.{_type_expr(f.type)})" for f in extra)
+    return (f"Add column(s) {names} to the table first, then write again: "
+            f"lance.dataset({path!r}).add_columns([{fields}]) (with pylance; pass the table's "
+            "storage_options on object stores), or drop them from the DataFrame. The "
+            f"DataFrame has unexpected column(s) {names}, which the table at {path} lacks; "
+            "rows written before read null there.")
+
+
+def _type_expr(t: pa.DataType) -> str:
+    """``t`` as a ``pyarrow`` factory call where it reads as one (``int32()``), else its
+    text (which a user can adapt)."""
+    text = str(t)
+    simple = {"string": "string()", "large_string": "large_string()", "bool": "bool_()",
+              "binary": "binary()", "double": "float64()", "float": "float32()",
+              "date32[day]": "date32()"}
+    if text in simple:
+        return simple[text]
+    if re.fullmatch(r"u?int(8|16|32|64)", text):
+        return f"{text}()"
+    return f"<{text}>"
+
+
+def with_table_columns(batch: pa.RecordBatch, table: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with the table's nullable columns it lacks added as nulls, in table order.
+
+    What a write that leaves out a nullable column stores (so every WAL entry
+    carries the table's whole schema). A batch with a column the table lacks,
+    without a non-nullable one, or in another order, is returned as it is: the
+    schema check refuses it, naming the columns.
+    """
+    names = batch.schema.names
+    if names == table.names or [n for n in table.names if n in names] != names:
+        return batch  # nothing missing; or extra columns, or another order: refused later
+    if any(f.name not in names and not f.nullable for f in table):
+        return batch
+    n = batch.num_rows
+    cols = [batch.column(f.name) if f.name in names else pa.nulls(n, f.type) for f in table]
+    fields = [batch.schema.field(f.name) if f.name in names else f for f in table]
+    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
 
 
 def same_logical_type(a: pa.DataType, b: pa.DataType) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from .errors import ConfigError, NotInThisMode
-from .table import same_logical_type
+from .table import same_logical_type, with_table_columns
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +125,26 @@ def cast_columns(columns: list[pa.Array], schema: pa.Schema) -> pa.RecordBatch:
 
 
 def check_schema(shard_id: str, expected: pa.Schema, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Return ``batch`` with the writer's schema, or raise naming the mismatch."""
+    """Return ``batch`` with the writer's schema, or raise naming the mismatch.
+
+    The one place both modes prepare a batch for the WAL: nullable columns of
+    the table the batch leaves out (added by Lance's ``add_columns``, say) are
+    filled with nulls here, so every entry carries the table's whole schema.
+    """
     got = batch.schema
     if got.equals(expected, check_metadata=False):
         return batch
     if got.names != expected.names:
+        batch = with_table_columns(batch, expected)
+        got = batch.schema
+    if got.names != expected.names:
+        required = [f.name for f in expected if f.name not in got.names and not f.nullable]
+        extra = [n for n in got.names if n not in expected.names]
+        fix = (f"Add column(s) {extra} to the table first (pylance's add_columns), or drop "
+               "them" if extra else f"Add the non-nullable column(s) {required}" if required
+               else "Put the columns in the table's order")
         raise ConfigError(
-            f"shard {shard_id}: batch columns {got.names} do not match the table's "
+            f"{fix}: shard {shard_id}: batch columns {got.names} do not match the table's "
             f"{expected.names}"
         )
     for g, e in zip(got, expected, strict=True):

@@ -673,3 +673,51 @@ def test_without_durable_write_no_committed_row_is_lost_to_kill_9(location, tmp_
     assert proc2.returncode == 0, err2[-2000:]
     assert ("duplicate" if recorded else "committed") in proc2.stdout
     assert committed_ids(uri, opts) == everything
+
+
+# --- writes after a schema change (Lance's add_columns) ---------------------------------
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("mode", ["wal_only", "memtable"])
+def test_a_write_leaving_out_an_added_nullable_column_stores_nulls(pk_table, mode):
+    import lance
+
+    from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
+    from memwal_datasource.compact import compact
+    from memwal_datasource.format import field_id
+    from memwal_datasource.options import lance_storage_options
+    from memwal_datasource.table import MemWalTable, field_ids, read_table, without_row_key
+
+    uri, opts = pk_table
+    table = MemWalTable(uri, opts)
+    table.dataset().add_columns(pa.field("extra", pa.int32()))
+    ds = table.dataset()
+    schema = without_row_key(ds.schema)
+    assert schema.names == ["id", "v", "extra"]
+    config = (ShardWriterConfig(enable_memtable=True, max_wal_flush_interval_ms=10)
+              if mode == "memtable" else wal_only())
+    shard = new_shard()
+    with open_shard_writer(uri, shard, schema, config, opts) as w:
+        w.put(make_batch(1, 3))  # no 'extra'
+        # A column the table lacks is refused, the fix first; nothing of it is written.
+        with pytest.raises(ConfigError, match=r"^Add column\(s\) \['w'\] to the table first"):
+            w.put(make_batch(9, 1).append_column("w", pa.array([1], pa.int32())))
+    s = w.stats()
+    assert s.rows == 3
+    store = open_store(uri, opts)
+    CommitLog(store).append(APPEND, [CommittedRange(shard, s.epoch, s.first_wal_position,
+                                                    s.last_wal_position, s.rows)])
+    # The WAL entry carries the table's whole schema, field ids included.
+    entry = WalTailer(store, shard).read(s.first_wal_position)
+    ids = field_ids(ds)
+    assert [field_id(entry.schema.field(n)) for n in ("id", "v", "extra")] == [
+        ids["id"].id, ids["v"].id, ids["extra"].id]
+    assert sum(b.column("extra").null_count for b in entry.batches) == 3
+    want = {i: (f"row-{i}", None) for i in (1, 2, 3)}
+    got = read_table(uri, opts)
+    assert got.column_names == ["id", "v", "extra"]
+    assert {r["id"]: (r["v"], r["extra"]) for r in got.to_pylist()} == want
+    summary = compact(MemWalTable(uri, opts))
+    assert summary.rounds and all(r.committed for r in summary.rounds)
+    base = lance.dataset(uri, storage_options=lance_storage_options(opts)).to_table()
+    assert {r["id"]: (r["v"], r["extra"]) for r in base.to_pylist()} == want

@@ -99,8 +99,9 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
     Shards a live job holds are skipped until the next run. Each shard that
     loses WAL entries is fenced first (a new epoch and a sentinel), so a writer
     stalled across the collection fails instead of landing in a freed slot, and
-    a job committing released positions is refused. Run it after `memwal
-    compact`, e.g. hourly; streams further behind than the retention must restart.
+    a job committing released positions is refused. What a live stream has
+    yet to read is kept (its hold is named). Run it after `memwal compact`,
+    e.g. hourly.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -124,7 +125,7 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
                        "was deleted and the writer goes on.", EXIT_RETRY) from None
     groups = {"wal_entries": [i for s in done.shards for i in s.entries],
               "commit_records": done.records, "manifest_versions": done.manifests,
-              "round_files": done.rounds}
+              "round_files": done.rounds, "expired_stream_holds": done.holds}
     if as_json:
         emit_json({"table": uri, "dry_run": dry_run, "bytes": done.bytes,
                    "floors": {s.shard_id: s.floor for s in done.shards},

@@ -132,23 +132,27 @@ def _aligned(arr: pa.Array) -> pa.Array:
 
 
 def align_timestamps(incoming: pa.Schema, table: pa.Schema) -> pa.Schema:
-    """``incoming`` with each zoned timestamp labelled in the table's zone."""
-    if incoming.names != table.names:
-        return incoming
-    return pa.schema([t if not i.type.equals(t.type)
-                      and _without_tz(i.type).equals(_without_tz(t.type))
-                      else i for i, t in zip(incoming, table, strict=True)])
+    """``incoming`` with each zoned timestamp labelled in the table's zone (by name)."""
+    out = []
+    for i in incoming:
+        t = table.field(i.name) if i.name in table.names else None
+        out.append(t if t is not None and not i.type.equals(t.type)
+                   and _without_tz(i.type).equals(_without_tz(t.type)) else i)
+    return pa.schema(out)
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema, realign: bool) -> pa.RecordBatch:
     """A Spark batch as the table stores it: zoned timestamps relabelled, decimals aligned.
 
-    Anything else that differs is left for the shard writer to refuse, naming it.
+    Columns are matched by name (a write may leave out nullable columns; the
+    shard writer fills them). Anything else that differs is left for the shard
+    writer to refuse, naming it.
     """
-    if batch.schema.names != schema.names:
+    if any(n not in schema.names for n in batch.schema.names):
         return batch
     cols, fields, changed = [], [], False
-    for col, got, want in zip(batch.columns, batch.schema, schema, strict=True):
+    for col, got in zip(batch.columns, batch.schema, strict=True):
+        want = schema.field(got.name)
         if not col.type.equals(want.type) and _without_tz(col.type).equals(
                 _without_tz(want.type)):
             col, changed = col.cast(want.type), True
@@ -402,9 +406,10 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     if table_exists(opts.path, opts.storage):
         # Compaction's hidden key (tables without a primary key) is never written.
         table = without_row_key(open_table(opts.path, opts.storage).schema)
-        problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table))
-        if problem:
-            raise ConfigError(f"DataFrame does not match the table at {opts.path}: {problem}")
+        problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table),
+                                  opts.path)
+        if problem:  # leaving out a nullable column is fine: the writer fills nulls
+            raise ConfigError(problem)
         existing_pk = tuple(primary_key_of(table))
         if opts.primary_key and opts.primary_key != existing_pk:
             raise ConfigError(f"option 'primary_key' is {list(opts.primary_key)} but the table at "

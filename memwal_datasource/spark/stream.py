@@ -18,10 +18,26 @@ from the ``origin`` its stored end offset carries.
 
 A stream serves committed entries only, in commit order, without end:
 :func:`refuse_unsupported` rejects the read options it cannot honour.
+
+**Beside garbage collection.** Each query run keeps a reader hold
+(:mod:`memwal_datasource.holds`) naming the last commit record it no longer
+needs; gc releases nothing above it. The hold is written *before* the run
+plans: a new query holds everything, then resolves ``earliest`` (the oldest
+record whose entries are still stored, which therefore stays stored until it
+is read); every micro-batch holds from its start offset before planning and
+reading it, and a commit moves the hold to the batch's end. A hold lapses
+:data:`~memwal_datasource.holds.DEFAULT_HOLD_TTL_S` after the run last wrote it
+(judged on the store's clock), so a stopped query keeps gc back only that long.
+A micro-batch this run did not plan under its hold (a restart re-running the
+planned batch from the checkpoint, or a hold that lapsed) is checked against
+the collection floors first: records gc released meanwhile are skipped, with
+a warning naming them and their rows (which are in the base table), and the
+rest is served. The query never fails for good on what gc collected.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -34,11 +50,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..commit import GC, CommitLog
-from ..errors import ConfigError
+from ..commit import GC, CommitLog, CommitRecord
+from ..errors import CollectedError, ConfigError, MemWalError
+from ..holds import DEFAULT_HOLD_TTL_S, HoldKeeper
 from ..store import open_store
 from .options import ReadOptions, StreamStart
 from .reader import WalRange, read_partition, split
+
+log = logging.getLogger("memwal_datasource")
 
 
 def refuse_unsupported(opts: ReadOptions) -> None:
@@ -136,6 +155,11 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._log: CommitLog | None = None
         self._origin: int | None = None  # the resolved start, once per query run
         self._target: int | None = None  # availableNow: the last record to serve
+        self._keeper: HoldKeeper | None = None  # this query run's reader hold (driver only)
+        # Every record above this that the floors did not release when it was checked
+        # stays stored for this run: checked after the hold was written, and the hold
+        # has not lapsed since. None: check a micro-batch before serving it.
+        self._secured: int | None = None
 
     @property
     def log(self) -> CommitLog:
@@ -146,13 +170,29 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_log"] = None
+        state["_keeper"] = None  # a thread and a lock: the driver's alone
         return state
+
+    def _hold(self, after: int) -> None:
+        """Hold every commit record above ``after`` (gc keeps them) from now on.
+
+        A hold that may have lapsed since the last call (its refreshes failed
+        for most of a TTL) makes this run check its next micro-batch again.
+        """
+        if self._keeper is None:
+            self._keeper = HoldKeeper(self.log.store)
+        if not self._keeper.hold(after):
+            self._secured = None
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         # Spark asks on every trigger until a first batch is planned: resolve once,
         # or a moving 'latest' would skip records that arrived in between.
         if self._origin is None:
-            self._origin = resolve_start(self.log, self.opts.stream_start, self.opts.path)
+            # Hold first, then resolve: whatever 'earliest' finds stored stays stored.
+            self._hold(0)
+            origin = resolve_start(self.log, self.opts.stream_start, self.opts.path)
+            self._hold(origin)
+            self._origin = self._secured = origin
         return {"commit": self._origin, "positions": {}, "origin": self._origin}
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
@@ -179,10 +219,11 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      limit: ReadLimit | None = None) -> dict:
         start = start or self.initialOffset()
         seq = int(start["commit"])
+        self._hold(seq)  # before planning: what this plans stays stored until it is read
         positions = dict(start.get("positions", {}))
         max_rows, max_entries = self._bounds(limit)
         rows = entries = 0
-        for rec in self.log.records(after=seq):
+        for rec in self._records_after(seq):
             if self._target is not None and rec.sequence > self._target:
                 break
             rows += sum(r.rows for r in rec.ranges)
@@ -202,8 +243,42 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end["origin"] = start["origin"]
         return end
 
+    def _records_after(self, seq: int) -> Iterator[CommitRecord]:
+        """Records above ``seq``; from the first stored one when gc deleted those after
+        ``seq`` (a run resuming behind a lapsed hold: the micro-batch skips them)."""
+        last = seq
+        try:
+            for rec in self.log.records(after=seq):
+                last = rec.sequence
+                yield rec
+        except MemWalError:
+            first = self.log.first_stored()
+            if first <= last + 1:
+                raise  # not collected: something else is wrong
+            yield from self.log.records(after=first - 1)
+
     def reportLatestOffset(self):  # noqa: N802
         return None
+
+    def _released(self, first: int, last: int) -> tuple[list[CommitRecord], list[int]]:
+        """(records ``first+1..last`` still served, sequences gc released or deleted).
+
+        A record is released when one of its ranges lies below its shard's
+        collection floor (the entries below a floor are deleted).
+        """
+        floors = self.log.state().floors
+        served, gone = [], []
+        for seq in range(first + 1, last + 1):
+            try:
+                rec = self.log.read(seq)
+            except FileNotFoundError:
+                gone.append(seq)
+                continue
+            if any(r.first < floors.get(r.shard_id, 0) for r in rec.ranges):
+                gone.append(seq)
+            else:
+                served.append(rec)
+        return served, gone
 
     def partitions(self, start: dict, end: dict) -> list[WalRange]:
         parts: list[WalRange] = []
@@ -212,10 +287,20 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Batch 0 re-run after a restart: Spark passes a freshly resolved initial
             # offset; the stored end offset remembers the start it was planned from.
             first = int(end["origin"])
-        for seq in range(first + 1, int(end["commit"]) + 1):
+        last = int(end["commit"])
+        self._hold(first)
+        if self._secured is not None and self._secured <= first:
+            records = [self.log.read(seq) for seq in range(first + 1, last + 1)]
+        else:
+            # Not planned under this run's hold: gc may have released part of it.
+            records, gone = self._released(first, last)
+            if gone:
+                self._warn_skipped(gone, end)
+            self._secured = first
+        for rec in records:
             # A stream is append-only: an overwrite's new rows are served like
             # any others (the rows it hid were served when they were committed).
-            for r in self.log.read(seq).ranges:
+            for r in rec.ranges:
                 if self.opts.shards is not None and r.shard_id not in self.opts.shards:
                     continue
                 parts.extend(split(r.shard_id, r.first, r.last,
@@ -223,11 +308,51 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    [(r.epoch, r.first, r.last)]))
         return parts
 
+    def _warn_skipped(self, gone: list[int], end: dict) -> None:
+        rows = []
+        for seq in gone:
+            try:
+                rows.append(sum(r.rows for r in self.log.read(seq).ranges))
+            except FileNotFoundError:
+                rows.append(None)
+        known = sum(n for n in rows if n is not None)
+        unknown = sum(n is None for n in rows)
+        log.warning(
+            "memwal stream on %s: skipping commit record(s) %s (%d rows%s) of the micro-batch "
+            "ending at record %s: garbage collection deleted their WAL entries before this "
+            "query read them (its hold lapsed: stopped longer than %g s, or a new hold raced "
+            "a collection). Their rows are in the base table (compacted): read them with "
+            "spark.read.format('memwal').option('view', 'table'). The stream goes on from "
+            "the records still stored.", self.opts.path, spans(gone), known,
+            f", plus {unknown} record(s) deleted too" if unknown else "", end["commit"],
+            DEFAULT_HOLD_TTL_S)
+
     def read(self, partition: WalRange) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.opts, self.table_schema, partition)
+        try:
+            yield from read_partition(self.opts, self.table_schema, partition)
+        except CollectedError as exc:
+            raise CollectedError(
+                "Restart the query from its checkpoint: the micro-batch is planned again from "
+                "what is stored, skipping (and logging) the commit records garbage collection "
+                f"deleted, whose rows are in the base table. {exc}") from None
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: the WAL is retained until a fenced GC removes it."""
+        """Move this run's hold past the committed micro-batch (gc may release it)."""
+        self._hold(int(end["commit"]))
 
     def stop(self) -> None:
+        # The hold stays until its TTL: a query restarted soon finds its batch stored.
+        if self._keeper is not None:
+            self._keeper.stop()
         self._log = None
+
+
+def spans(seqs: list[int]) -> str:
+    """``[1, 2, 3, 7]`` as ``1..3, 7``."""
+    runs: list[list[int]] = []
+    for s in sorted(seqs):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)

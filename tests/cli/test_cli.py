@@ -468,3 +468,24 @@ def test_manifest_shows_a_bucket_value_as_an_integer(location):
     out = invoke("manifest", uri, SHARD)
     assert re.search(rf"shard field {entry['field_id']}\s+11\s*$", out.stdout, re.M), out.stdout
     assert "0b000000" not in out.stdout
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_gc_says_which_stream_holds_what_it_kept(location, monkeypatch):
+    from memwal_datasource.compact import compact
+    from memwal_datasource.holds import ReaderHold, ReaderHolds
+    from memwal_datasource.store import LocalStore
+    from memwal_datasource.table import MemWalTable
+
+    uri, opts, store = pk_table_with_commits(location, 3)
+    compact(MemWalTable(uri, opts))
+    ReaderHolds(store).put(ReaderHold("h-7", "q-orders", after_seq=1))
+    real_now = LocalStore.now_ms  # past the minimum retention, inside the hold's TTL
+    monkeypatch.setattr(LocalStore, "now_ms", lambda self: real_now(self) + 60_000)
+    out = invoke("gc", uri, "--retain-hours", "0")
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "deleted 1 wal entries" in text
+    assert "kept: commit records 2..3 are held by stream q-orders (hold h-7" in text
+    body = json.loads(invoke("gc", uri, "--retain-hours", "0", "--json").stdout)
+    assert "held by stream q-orders" in body["kept"]
