@@ -18,8 +18,8 @@ from memwal_datasource.holds import (
     ReaderHolds,
     hold_key,
 )
+from memwal_datasource.memwal_table import MemWalTable
 from memwal_datasource.store import open_store
-from memwal_datasource.table import MemWalTable
 from tests.helpers import new_shard
 from tests.test_compact import batch, write
 from tests.test_maintenance_races import every_reader

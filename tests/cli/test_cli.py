@@ -474,8 +474,8 @@ def test_manifest_shows_a_bucket_value_as_an_integer(location):
 def test_gc_says_which_stream_holds_what_it_kept(location, monkeypatch):
     from memwal_datasource.compact import compact
     from memwal_datasource.holds import ReaderHold, ReaderHolds
+    from memwal_datasource.memwal_table import MemWalTable
     from memwal_datasource.store import LocalStore
-    from memwal_datasource.table import MemWalTable
 
     uri, opts, store = pk_table_with_commits(location, 3)
     compact(MemWalTable(uri, opts))
