@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 from . import hooks
 from .commit import COMMIT_DEADLINE_S, GC, SequenceTaken, record_key
+from .commit_intents import Intents
 from .errors import Fenced, MemWalError
 from .format import manifest_key, parse_bit_reversed_name
 from .holds import ReaderHold, ReaderHolds, lowest_held
@@ -332,6 +333,8 @@ def collect(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
     for _ in range(MAX_REPLANS):
         todo = plan(table, retain_seconds=retain_seconds,
                     retain_manifest_versions=retain_manifest_versions, clock=clock)
+        if not dry_run:
+            _sweep_intents(table, todo)
         if dry_run or not todo.items():
             return todo
         # The youngest "job": under the writers' wait-die rule a task meeting gc's
@@ -380,6 +383,17 @@ def _new_hold(table: TableView, todo: GcPlan) -> bool:
     """Whether a live hold keeps back more than the plan knew of (a stream started)."""
     low = lowest_held(ReaderHolds(table.store).live(todo.now_ms))
     return low is not None and low.after_seq < todo.releasable_seq
+
+
+def _sweep_intents(table: TableView, todo: GcPlan) -> None:
+    """Delete commit intents older than the retention: leftovers of drivers that died
+    mid-commit. No committer takes an intent that old (docs/protocol.md), and an owner
+    still alive holds its own intent in memory, so nothing reads them again."""
+    for key in Intents(table.store).stale_keys(todo.now_ms, todo.retain_seconds):
+        try:
+            table.store.delete(key)
+        except FileNotFoundError:
+            pass
 
 
 def _delete(table: TableView, todo: GcPlan, progress: Callable[[int, int], None] | None,

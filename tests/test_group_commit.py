@@ -141,9 +141,9 @@ def _orphan_intent(store, job: str, ranges, after: int, txn: Txn | None = None,
                    ordered: bool = False, age_s: float = 0.0) -> Intent:
     """An intent whose owner died after storing it (a marker lost mid-commit)."""
     intent = Intent.new(body(job, ranges, txn, ordered), after)
-    if age_s:
-        intent = Intent(intent.intent_id, after, intent.created_ms - int(age_s * 1000),
-                        intent.record)
+    if age_s:  # its key carries its time too (gc judges leftovers by name)
+        born = intent.created_ms - int(age_s * 1000)
+        intent = Intent(f"{born:015d}{intent.intent_id[15:]}", after, born, intent.record)
     Intents(store).write(intent)
     return intent
 
@@ -258,3 +258,21 @@ def test_two_stalled_committers_on_adjacent_numbers_both_commit_again(location):
     jobs = visible_jobs(store)
     assert jobs["x"] == 1 and jobs["y"] == 1
     assert all(jobs[f"f{i}"] == 1 for i in range(1, 13))
+
+
+def test_gc_sweeps_intents_no_committer_takes_any_more(tmp_path):
+    """A driver that died mid-commit leaves its intent; gc removes it once it is older
+    than the retention (nobody takes it after INTENT_MAX_AGE_S), and keeps fresh ones."""
+    from memwal_datasource.gc import DEFAULT_RETAIN_SECONDS, collect
+    from memwal_datasource.table import TableView, create_table
+    from tests.helpers import SCHEMA
+
+    uri = str(tmp_path / "t.lance")
+    create_table(uri, SCHEMA)
+    table = TableView(uri)
+    old = _orphan_intent(table.store, "old", [rng("old")], after=0,
+                         age_s=DEFAULT_RETAIN_SECONDS + 60)
+    fresh = _orphan_intent(table.store, "fresh", [rng("fresh")], after=0)
+    collect(table)
+    names = {k.rsplit("/", 1)[-1] for k in table.store.list("_memwal_commits/_intents/")}
+    assert names == {f"{fresh.intent_id}.json"} and old.intent_id not in str(names)

@@ -1,0 +1,357 @@
+"""Reading the commit log: records, checkpoints, and the fold.
+
+Checkpoints keep reading cheap as the log grows (like Delta's): a checkpoint
+at ``_memwal_commits/_checkpoints/{S}.json`` holds records ``1..S`` folded
+(the visible ranges and the idempotency keys), so a reader replays only the
+records after the latest one. ``_memwal_commits/_last_checkpoint.json`` is a
+hint to it; a missing or stale hint costs a LIST, never correctness.
+
+Contract for the garbage collector: delete records in ascending order, only
+below a checkpoint ``C`` (never record ``C`` itself), and keep the latest
+checkpoint. Then "record ``n - 1`` is stored and ``n`` is not" means ``n`` is
+the tip, which is how readers notice that records they relied on were
+collected (and move to the newer checkpoint) instead of missing commits. It
+must also leave a grace period longer than any commit takes (as Delta's log
+retention does). Appending is :mod:`memwal_datasource.commit`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+from .commit_format import (
+    APPEND,
+    CHECKPOINTS_DIR,
+    COMMITS_DIR,
+    COMMITTED,
+    LAST_CHECKPOINT_KEY,
+    Checkpoint,
+    CommitRecord,
+    CommittedRange,
+    Txn,
+    checkpoint_key,
+    record_key,
+    stream_app_id,
+)
+from .errors import CorruptEntryError, MemWalError
+from .store import ObjectStore, put_resolved
+from .wal import first_missing
+
+log = logging.getLogger(__name__)
+
+MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
+
+
+class CommitLogReader:
+    """Read and fold the commit records of one table, from the latest checkpoint.
+
+    Reads start from the latest checkpoint, so they cost O(records since it).
+    :class:`~memwal_datasource.commit.CommitLog` adds appending on top.
+    """
+
+    def __init__(self, store: ObjectStore, *, retries: int = 3, retry_base_delay_ms: int = 50,
+                 checkpoint_interval: int | None = 100):
+        self.store = store
+        self.retries = retries
+        self.retry_base_delay_ms = retry_base_delay_ms
+        self.checkpoint_interval = checkpoint_interval
+        self._cache: dict[int, CommitRecord] = {}
+        self._ckpt: Checkpoint | None = None  # the newest checkpoint seen
+        self._ckpt_looked = False
+        self._state: Checkpoint | None = None  # our own fold: records 1..sequence
+        self._holders: dict[str, int] = {}  # intent id: the record that answered it
+
+    # --- reading records -------------------------------------------------------------
+
+    def _exists(self, sequence: int) -> bool:
+        return sequence in self._cache or self.store.exists(record_key(sequence))
+
+    def _fetch(self, sequence: int) -> tuple[CommitRecord | None, bool]:
+        """Record ``sequence`` or ``None`` if absent, and whether the store was asked.
+
+        One GET, not HEAD + GET: a missing key is simply the end of the log.
+        """
+        rec = self._cache.get(sequence)
+        if rec is not None:
+            return rec, False
+        key = record_key(sequence)
+        try:
+            data = self.store.get(key)
+        except FileNotFoundError:
+            return None, True
+        rec = CommitRecord.from_json(data, self.store.describe(key))
+        self._remember(rec)
+        return rec, True
+
+    def _collected(self, sequence: int) -> bool:
+        """Record ``sequence``, which we relied on, is no longer stored (a collector ran)."""
+        return sequence >= 1 and not self.store.exists(record_key(sequence))
+
+    def read(self, sequence: int) -> CommitRecord:
+        """Read one record (records are immutable, so they are cached)."""
+        rec, _ = self._fetch(sequence)
+        if rec is None:
+            raise FileNotFoundError(self.store.describe(record_key(sequence)))
+        return rec
+
+    def records(self, after: int = 0) -> Iterator[CommitRecord]:
+        """Every record with a sequence above ``after``, in order.
+
+        Raises when records after ``after`` were garbage-collected below a
+        checkpoint (a stream that far behind must restart), rather than stopping.
+        """
+        seq, fresh = after + 1, False
+        while True:
+            rec, asked = self._fetch(seq)
+            if rec is None:
+                break
+            yield rec
+            seq, fresh = seq + 1, asked
+        last = seq - 1
+        # The log ends at ``seq`` only if record ``last`` is still stored (see the
+        # module docstring); a cached or assumed one may have been collected since.
+        if last > after and fresh:
+            return
+        if last >= 1 and not self._collected(last):
+            return
+        if last == 0 and self.latest_checkpoint() is None:
+            return  # an empty log
+        ck = self._relist()
+        if ck is not None and ck.sequence > after:
+            raise MemWalError(
+                f"commit records before checkpoint {ck.sequence} of "
+                f"{self.store.describe(COMMITS_DIR)} were garbage-collected; records after "
+                f"{after} can no longer be replayed: restart the reader from a checkpoint")
+
+    # --- checkpoints -----------------------------------------------------------------
+
+    def latest_checkpoint(self, refresh: bool = False) -> Checkpoint | None:
+        """The newest checkpoint (looked up once, then cached; ``refresh`` looks again)."""
+        if refresh or not self._ckpt_looked:
+            self._adopt(self._find_checkpoint(use_hint=True))
+        return self._ckpt
+
+    def _adopt(self, ck: Checkpoint | None) -> None:
+        self._ckpt_looked = True
+        if ck is not None and (self._ckpt is None or ck.sequence > self._ckpt.sequence):
+            self._ckpt = ck
+
+    def _relist(self) -> Checkpoint | None:
+        """Find the newest checkpoint by LIST (the hint may be stale) and adopt it."""
+        self._adopt(self._find_checkpoint(use_hint=False))
+        return self._ckpt
+
+    def _chase(self, missing: int, past: int) -> None:
+        """Record ``missing`` was collected: move to a checkpoint beyond ``past``."""
+        ck = self._relist()
+        if ck is None or ck.sequence <= past:
+            raise MemWalError(f"commit record {self.store.describe(record_key(missing))} is "
+                              "missing and no checkpoint covers it: the commit log is damaged")
+
+    def _read_checkpoint(self, sequence: int) -> Checkpoint | None:
+        key = checkpoint_key(sequence)
+        try:
+            data = self.store.get(key)
+        except FileNotFoundError:
+            return None
+        return Checkpoint.from_json(data, self.store.describe(key), sequence)
+
+    def _hinted(self) -> int | None:
+        try:
+            seq = int(json.loads(self.store.get(LAST_CHECKPOINT_KEY))["sequence"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unusable %s (%s): it is only a hint",
+                        self.store.describe(LAST_CHECKPOINT_KEY), exc)
+            return None
+        return seq if seq >= 1 else None
+
+    def _find_checkpoint(self, use_hint: bool) -> Checkpoint | None:
+        """The newest checkpoint: the hinted one, else the highest listed.
+
+        A damaged checkpoint raises (a silent full replay would hide it); only a
+        missing one makes us look further.
+        """
+        hint = self._hinted() if use_hint else None
+        best = self._read_checkpoint(hint) if hint is not None else None
+        if best is None:
+            for seq in sorted(self._checkpoint_sequences(), reverse=True):
+                best = self._read_checkpoint(seq)
+                if best is not None:
+                    return best
+            return None
+        # A hint can lag (its PUT is best effort): probe the next automatic ones.
+        while self.checkpoint_interval:
+            step = self.checkpoint_interval
+            newer = self._read_checkpoint((best.sequence // step + 1) * step)
+            if newer is None:
+                break
+            best = newer
+        return best
+
+    def _checkpoint_sequences(self) -> list[int]:
+        out = []
+        for key in self.store.list(CHECKPOINTS_DIR + "/"):
+            name = key.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(int(name[:-5]))
+        return out
+
+    def checkpoint(self) -> Checkpoint | None:
+        """Checkpoint every record so far (``None`` for an empty log)."""
+        state = self._fold()
+        return self._write_checkpoint(state) if state.sequence else None
+
+    def _write_checkpoint(self, state: Checkpoint) -> Checkpoint:
+        ck = replace(state.copy(), created_ms=int(time.time() * 1000))
+        key = checkpoint_key(ck.sequence)
+        if not put_resolved(self.store, key, ck.to_json(), retries=self.retries,
+                            base_delay_ms=self.retry_base_delay_ms,
+                            what=f"commit checkpoint {ck.sequence}"):
+            # A concurrent checkpointer folded the same immutable records: fine if
+            # its state agrees (its created_ms differs, so bytes cannot be compared).
+            theirs = self._read_checkpoint(ck.sequence)
+            if theirs is None or theirs.state() != ck.state():
+                raise CorruptEntryError(f"commit checkpoint {self.store.describe(key)} does "
+                                        f"not match records 1..{ck.sequence} it claims to fold")
+            ck = theirs
+        self._adopt(ck)
+        try:  # only a hint: readers LIST without it
+            hint = self._hinted()
+            if hint is None or hint < ck.sequence or not self.store.exists(checkpoint_key(hint)):
+                self.store.put(LAST_CHECKPOINT_KEY, json.dumps({"sequence": ck.sequence}).encode())
+        except Exception as exc:  # noqa: BLE001 - a lost hint costs readers one LIST
+            log.warning("could not update %s to checkpoint %d: %s",
+                        self.store.describe(LAST_CHECKPOINT_KEY), ck.sequence, exc)
+        return ck
+
+    # --- folding ---------------------------------------------------------------------
+
+    def _base(self) -> Checkpoint:
+        """Our fold, moved up to the latest checkpoint when that is further along."""
+        ck = self.latest_checkpoint()
+        if self._state is None or (ck is not None and ck.sequence > self._state.sequence):
+            self._state = ck.copy() if ck is not None else Checkpoint()
+        return self._state
+
+    def _fold(self, upto: int | None = None) -> Checkpoint:
+        """Fold the records up to (at least) ``upto``, or to the end of the log.
+
+        Costs O(records since the latest checkpoint or our previous fold). A
+        record we need that is gone was collected: move to the newer checkpoint.
+        """
+        for _ in range(MAX_RELOADS):
+            state, fresh = self._base(), False
+            while upto is None or state.sequence < upto:
+                rec, asked = self._fetch(state.sequence + 1)
+                if rec is None:
+                    break
+                state.fold(rec)
+                fresh = asked
+            else:
+                return state
+            if upto is not None:
+                self._chase(state.sequence + 1, past=state.sequence)
+            elif fresh or not self._collected(state.sequence):
+                return state  # record n stored and n + 1 not: n is the last
+            else:
+                self._chase(state.sequence, past=state.sequence)
+        raise self._moving()
+
+    def _state_at(self, upto: int) -> Checkpoint:
+        """Records ``1..upto`` folded exactly (for the checkpoint at ``upto``)."""
+        state = self._fold(upto)
+        if state.sequence != upto:  # our fold went past upto: refold from below it
+            ck = self._ckpt
+            state = ck.copy() if ck is not None and ck.sequence <= upto else Checkpoint()
+            while state.sequence < upto:
+                state.fold(self.read(state.sequence + 1))
+        return state
+
+    def _moving(self) -> MemWalError:
+        return MemWalError(f"{self.store.describe(COMMITS_DIR)}: checkpoints kept moving while "
+                           "reading the commit log; try again")
+
+    # --- writing ---------------------------------------------------------------------
+
+    def next_sequence(self) -> int:
+        """The first unused sequence number; never one at or below a checkpoint."""
+        for _ in range(MAX_RELOADS):
+            ck = self.latest_checkpoint()
+            floor = max([*self._cache, self._state.sequence if self._state else 0,
+                         ck.sequence if ck else 0])
+            if not self._collected(floor):  # floor still stored: nothing above it is gone
+                return first_missing(self._exists, floor + 1)
+            self._chase(floor, past=floor)
+        raise self._moving()
+
+    def committed_txn(self, txn: Txn, upto: int | None = None) -> CommitRecord | None:
+        """The record that already committed ``txn`` (same app, version >= it), if any."""
+        state = self._fold(self.next_sequence() - 1 if upto is None else upto)
+        prior = state.txn.get(txn.app_id)
+        if prior is None or prior[0] < txn.version:
+            return None
+        version, seq, job_id = prior
+        try:
+            rec = self.read(seq)
+            for part in rec.members:  # a group record: the member that committed the key
+                if part.txn_app_id == txn.app_id and part.verdict == COMMITTED:
+                    return rec.member_view(part)
+            return rec
+        except FileNotFoundError:  # collected below a checkpoint, which kept what matters
+            return CommitRecord(sequence=seq, kind=APPEND, job_id=job_id, ranges=[],
+                                txn_app_id=txn.app_id, txn_version=version,
+                                extra={"garbage_collected": True})
+
+    def _remember(self, rec: CommitRecord) -> None:
+        self._cache[rec.sequence] = rec
+        for part in rec.parts():
+            if part.intent_id is not None:
+                self._holders[part.intent_id] = rec.sequence
+
+    def find_stream_batch(self, query_id: str, batch_id: int) -> CommitRecord | None:
+        """The record that committed micro-batch ``batch_id`` of ``query_id`` (or a later one)."""
+        return self.committed_txn(Txn(stream_app_id(query_id), batch_id))
+
+    def superseded(self, shard_id: str, epoch: int) -> bool:
+        """Whether attempt ``epoch`` of ``shard_id`` can never commit, if not committed yet.
+
+        The one rule for "this uncommitted attempt is dead", used by maintenance
+        and by what Lance's readers are shown: on shards whose writers commit in
+        epoch order (sharded, primary-key tables), a committed newer epoch
+        refuses every older one. Shards of unordered pools never answer yes.
+        """
+        return self._fold().epochs.get(shard_id, 0) > epoch
+
+    def visible(self) -> list[CommittedRange]:
+        """Ranges visible to a committed reader: all since the last overwrite.
+
+        Each carries the ``sequence`` of the record that committed it.
+        """
+        return list(self._fold().visible)
+
+    def first_stored(self) -> int:
+        """The oldest stored record: a collection deletes the oldest first, in order,
+        and only below a checkpoint whose own record it keeps."""
+        if self.store.exists(record_key(1)):
+            return 1
+        ck = self.latest_checkpoint(refresh=True)
+        if ck is None:
+            return 1  # an empty log
+        lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.store.exists(record_key(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def state(self) -> Checkpoint:
+        """Every record folded (from the latest checkpoint on): a copy to read."""
+        return self._fold().copy()
