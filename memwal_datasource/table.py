@@ -350,13 +350,17 @@ class TableView:
                 rec = self.commits.read(seq)
             except FileNotFoundError:
                 break  # collected meanwhile
-            out.append({"sequence": rec.sequence, "kind": rec.kind, "job_id": rec.job_id,
-                        "created_ms": rec.created_ms, "rows": sum(r.rows for r in rec.ranges),
-                        "bytes": sum(r.bytes for r in rec.ranges),
-                        "shards": len({r.shard_id for r in rec.ranges}),
-                        "query_id": rec.query_id, "batch_id": rec.batch_id,
-                        "txn_app_id": rec.txn_app_id, "txn_version": rec.txn_version})
-        return out
+            # A group record answers several jobs: one row each (the leader's first).
+            for part in rec.parts():
+                out.append({"sequence": rec.sequence, "kind": rec.kind, "job_id": part.job_id,
+                            "created_ms": rec.created_ms,
+                            "rows": sum(r.rows for r in part.ranges),
+                            "bytes": sum(r.bytes for r in part.ranges),
+                            "shards": len({r.shard_id for r in part.ranges}),
+                            "query_id": part.query_id, "batch_id": part.batch_id,
+                            "txn_app_id": part.txn_app_id, "txn_version": part.txn_version,
+                            "verdict": part.verdict})
+        return out[:limit] if limit is not None else out
 
     # -- pieces ------------------------------------------------------------------------
 

@@ -415,7 +415,7 @@ def _record_of(opts: WriteOptions, job_id: str) -> CommitRecord | None:
         log_ = CommitLog(open_store(opts.path, opts.storage))
         for seq in range(log_.next_sequence() - 1, 0, -1):
             rec = log_.read(seq)
-            if rec.job_id == job_id:
+            if any(part.job_id == job_id for part in rec.parts()):
                 return rec
             if rec.created_ms and rec.created_ms < (time.time() - 3600) * 1000:
                 return None  # far older than any job still aborting
