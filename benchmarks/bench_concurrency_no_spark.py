@@ -3,8 +3,8 @@
 Each worker process (started once: imports untimed) runs, per round, what a Spark
 append runs in-process (:func:`harness.inproc_append`: ``writer(schema, False)``,
 ``write()``, ``commit([msg])``, defaults) or ``lance.write_dataset(rows, mode="append")``,
-all at once on a fresh table. Appends/s, p50/p99, commit-record races lost per append
-(``memwal_datasource.commit.LOST_RACES``), and one traced append's store calls and fsyncs.
+all at once on a fresh table. Appends/s, p50/p99, CPU s per append, commit-record races
+lost per append (``commit.LOST_RACES``), and one traced append's store calls and fsyncs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _worker(conn, go) -> None:
             lost0, lat = getattr(commit, "LOST_RACES", None), []
             conn.send("ready")
             go.wait()
-            start = time.monotonic()
+            start, cpu = time.monotonic(), time.process_time()
             for t in tables:
                 t0 = time.perf_counter()
                 h.inproc_append(uri, t) if kind == MEMWAL else lance.write_dataset(
@@ -42,6 +42,7 @@ def _worker(conn, go) -> None:
                 lat.append((time.perf_counter() - t0) * 1e3)
             lost1 = getattr(commit, "LOST_RACES", None)
             conn.send({"start": start, "end": time.monotonic(), "lat": lat,
+                       "cpu": time.process_time() - cpu,
                        "lost": None if None in (lost0, lost1) else lost1 - lost0})
         except BaseException:  # noqa: BLE001 - reported to the parent
             conn.send({"error": traceback.format_exc()})
@@ -64,7 +65,8 @@ def _round(ctx: h.Ctx, pipes, go, kind: str, n: int) -> dict[str, Any]:
         raise RuntimeError(errors[0])
     lat, lost = [v for x in res for v in x["lat"]], [x["lost"] for x in res]
     out = {"appends_s": PROCS * n / (max(x["end"] for x in res) - min(x["start"] for x in res)),
-           "p50_ms": h.pct(lat, 50), "p99_ms": h.pct(lat, 99)}
+           "p50_ms": h.pct(lat, 50), "p99_ms": h.pct(lat, 99),
+           "cpu_s_per_append": sum(x["cpu"] for x in res) / (PROCS * n)}
     if kind == MEMWAL and None not in lost:
         out["lost_races_per_append"] = sum(lost) / (PROCS * n)
     return out
@@ -93,9 +95,9 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             "panels": [h.panel("appends/s", comp, "appends_s", "appends/s"),
                        h.panel("p99 per append", comp, "p99_ms", "ms")],
             "table": {"columns": ["competitor", "appends/s", "p50 ms", "p99 ms",
-                                  "lost commit races / append"],
+                                  "CPU s / append", "lost commit races / append"],
                       "rows": h.rows(comp, [("appends_s", "{:.1f}"), ("p50_ms", "{:.0f}"),
-                                            ("p99_ms", "{:.0f}"),
+                                            ("p99_ms", "{:.0f}"), ("cpu_s_per_append", "{:.3f}"),
                                             ("lost_races_per_append", "{:.2f}")])},
             "targets": [h.target("memwal / Lance append appends/s", rt["appends_s"], 1.0),
                         h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.2,

@@ -3,7 +3,7 @@
 ``S3Store.put_if_absent`` (bytes, and a ``pyarrow.Buffer``), obstore's
 ``put(mode="create")`` (pylance's client; the reference) and boto3's
 ``put_object(IfNoneMatch="*")``; CPU = ``time.process_time()`` of this process. Goal:
-ours / obstore <= 1.5. (Exactly-once on 412/409/5xx is tests/test_s3_faults.py's job.)
+ours / obstore <= 1.5. (One attempt per conditional PUT: tests/test_store.py checks it.)
 """
 
 from __future__ import annotations

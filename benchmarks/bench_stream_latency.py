@@ -58,7 +58,7 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int) -> dict[str, Any]:
         return run
 
     def memwal(path, conf):
-        h.frame(spark, 0, 1).write.format("memwal").save(path)  # the table, untimed
+        h.frame(spark, 0, 1).write.format("memwal").mode("append").save(path)  # the table
         return lambda: conf(stream().writeStream.format("memwal")).start(path)
 
     def foreach(path, conf):

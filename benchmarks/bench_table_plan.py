@@ -70,10 +70,10 @@ def _case(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], n: int) -> di
             return {"ms": (time.perf_counter() - t) * 1e3}
         return run
 
-    comp = h.stats(h.alternate(ctx, {f"{op} | {v}": timed(op, v) for op in OPS for v in VARIANTS},
+    comp = h.stats(h.alternate(ctx, {f"{op} on {v}": timed(op, v) for op in OPS for v in VARIANTS},
                            label=f"{where} N={n:,}: "))
     for name in comp:  # untimed: the calls that reach memwal's store
-        op, v = name.split(" | ")
+        op, v = name.split(" on ")
         with h.IoTrace() as trace:
             _op(op, uris[v], opts)
         comp[name]["requests"] = sum(o != "fsync" for o, _k, _ms in trace.events)
@@ -107,6 +107,6 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             "cases": cases, "targets": targets,
             "panels": [h.panel(f"{c['where']}, N={c['records']:,}", c["competitors"], "ms", "ms")
                        for c in cases],
-            "table": {"columns": ["store", "records", "operation | table", "ms", "requests"],
+            "table": {"columns": ["store", "records", "operation on table", "ms", "requests"],
                       "rows": rows}}
 
