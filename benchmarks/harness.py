@@ -58,10 +58,7 @@ class Ctx:
     machine: dict[str, Any]
     log: Callable[[str], None] = print
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the Spark settings
-
-    @property
-    def quick(self) -> bool:
-        return self.scale == "quick"
+    quick = property(lambda self: self.scale == "quick")
 
     def pick(self, quick: Any, default: Any, full: Any = None) -> Any:
         """The size for this run's scale (``full`` defaults to ``default``)."""
