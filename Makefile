@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 AZURITE_VERSION := 3.37.0
 AZURITE := .cache/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint bench tour clean install
+.PHONY: demo test lint bench bench-quick tour clean install
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,12 @@ test: $(STAMP) $(AZURITE)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# `make bench ARGS="--only small_writes"`; `make bench-quick` is every scenario at smoke scale.
 bench: $(STAMP) $(AZURITE)
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m benchmarks.run
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m benchmarks.run $(ARGS)
+
+bench-quick: ARGS += --quick
+bench-quick: bench
 
 tour: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python examples/build_tour.py

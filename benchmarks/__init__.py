@@ -1,6 +1,6 @@
-"""Benchmarks of memwal_datasource against pylance's native writer and the raw disk.
+"""Benchmarks of memwal_datasource against what a user would write instead.
 
-Run ``python -m benchmarks.run`` (or ``make bench``); see ``benchmarks/run.py``.
-Results land in ``benchmarks/results/``. Speed is measured here, never asserted
-in tests.
+``make bench`` / ``python -m benchmarks.run`` (see ``benchmarks/run.py``): one harness
+(``harness.py``) and one file per scenario (``bench_<name>.py``); results land in
+``benchmarks/results/``. Speed is measured here, never asserted in tests.
 """

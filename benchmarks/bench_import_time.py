@@ -1,0 +1,96 @@
+"""Issue 25: from a fresh Python process to the first ``write()`` of a WAL-only task.
+
+A subprocess does what a Spark worker does for its first memwal task: unpickle the
+driver's writer (cloudpickle, as Spark ships it) and ``write()`` 5,000 rows; against
+``import lance`` + ``write_dataset`` and an empty process. Seconds from launch, and the
+heavy modules (lance, pandas, numpy...) loaded by the import and by the write.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pyarrow as pa
+from pyspark import cloudpickle
+
+from memwal_datasource import MemWalDataSource
+
+from . import harness as h
+
+NAME = "import_time"
+HEAVY = ("lance", "pandas", "numpy", "pyarrow.dataset", "pyspark.sql.connect", "obstore",
+         "boto3")
+SCRIPT = """
+import json, pickle, sys, time, pyspark.sql.datasource, pyarrow as pa
+t = {"worker_ready": time.time()}
+def heavy():
+    return [m for m in HEAVY if m in sys.modules]
+rows = pa.ipc.open_file(sys.argv[2]).read_all()
+if sys.argv[1] == "memwal":
+    w = pickle.load(open(sys.argv[3], "rb"))
+    t["imported"], t["heavy_after_import"] = time.time(), heavy()
+    w.write(iter(rows.to_batches()))
+elif sys.argv[1] == "lance":
+    import lance
+    t["imported"], t["heavy_after_import"] = time.time(), heavy()
+    lance.write_dataset(rows, sys.argv[3], mode="append")
+t["written"], t["heavy_after_write"] = time.time(), heavy()
+print(json.dumps(t))
+""".replace("HEAVY", repr(HEAVY))
+
+
+def run(ctx: h.Ctx) -> dict[str, Any]:
+    import lance
+
+    root = ctx.scratch("import")
+    rows, table, lance_uri = str(root / "rows.arrow"), str(root / "t.lance"), str(root / "l.lance")
+    with pa.OSFile(rows, "wb") as f, pa.ipc.new_file(f, h.arrow_rows(0, 5_000).schema) as w:
+        w.write_table(h.arrow_rows(0, 5_000))
+    h.inproc_append(table, h.arrow_rows(0, 5_000))  # the table exists, as for any append
+    lance.write_dataset(h.arrow_rows(0, 5_000), lance_uri)
+
+    def fresh(kind: str):
+        def run(r: int) -> dict[str, Any]:
+            arg = lance_uri
+            if kind == "memwal":  # the driver's writer, pickled as Spark ships it
+                arg = str(root / "writer.pkl")
+                with open(arg, "wb") as f:
+                    writer = MemWalDataSource({"path": table}).writer(h.spark_schema(), False)
+                    f.write(cloudpickle.dumps(writer))
+            t0 = time.time()
+            out = subprocess.run([sys.executable, "-c", SCRIPT, kind, rows, arg], check=True,
+                                 capture_output=True, text=True, cwd=h.REPO_ROOT)
+            t = json.loads(out.stdout.strip().splitlines()[-1])
+            return {"to_first_write_s": t["written"] - t0,
+                    "worker_start_s": t["worker_ready"] - t0,
+                    "import_s": t.get("imported", t["worker_ready"]) - t["worker_ready"],
+                    "write_s": t["written"] - t.get("imported", t["worker_ready"]),
+                    "heavy_after_import": t.get("heavy_after_import", []),
+                    "heavy_after_write": t["heavy_after_write"]}
+        return run
+
+    names = {"memwal": "memwal WAL-only task (unpickle writer + write)",
+             "lance": "import lance + write_dataset append", "none": "nothing (the floor)"}
+    runs = h.alternate(ctx, {names[k]: fresh(k) for k in names})
+    comp, mem = h.stats(runs), runs[names["memwal"]][-1]
+    heavy = {n: f"{rs[-1]['heavy_after_import']} / {rs[-1]['heavy_after_write']}"
+             for n, rs in runs.items()}
+    return {"title": "Fresh process to the first write() of a WAL-only task",
+            "config": {"rows": 5_000, "baseline": "every process imports pyspark.sql.datasource "
+                                                  "and pyarrow first, as a Spark worker has"},
+            "competitors": comp, "heavy_modules_after_import_and_write": heavy,
+            "panels": [h.panel("launch to first write", comp, "to_first_write_s", "s")],
+            "table": {"columns": ["process", "to first write s", "worker start s", "import s",
+                                  "write s", "heavy modules after import / after write"],
+                      "rows": [[*r, heavy[r[0]]] for r in h.rows(comp, [
+                          (k, "{:.3g}") for k in ("to_first_write_s", "worker_start_s",
+                                                  "import_s", "write_s")])]},
+            "targets": [h.target("memwal task / lance append: launch to first write", h.ratios(
+                runs, names["memwal"], "to_first_write_s", [names["lance"]])[names["lance"]]),
+                        {"what": "a WAL-only task loads neither lance nor pandas",
+                         "value": heavy[names["memwal"]],
+                         "met": not {"lance", "pandas"} & set(mem["heavy_after_write"])}]}

@@ -1,0 +1,97 @@
+"""Issue 25: compacting 200k upserts into a large base vs a plain Lance ``merge_insert``.
+
+Bases of 1M, 10M, 30M rows (primary key ``id``); the upserts (half update the base's last
+keys, half insert) go into the WAL by 4 in-process appends (untimed), then
+``memwal_datasource.compact(uri)`` is timed, vs ``merge_insert("id")`` update-all /
+insert-all of the same rows (in memory) into a plain Lance table of the same size. A
+fresh copy of each base per repeat (data files hard linked). Replaces ``compaction``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from memwal_datasource import compact
+
+from . import harness as h
+
+NAME = "pk_compaction"
+MEMWAL, LANCE = "memwal compact()", "Lance merge_insert (Arrow in memory)"
+
+
+def _base(uri: str, rows: int, memwal: bool) -> None:
+    import lance
+
+    if memwal:
+        h.create_table(uri)
+    chunks = (b for s in range(0, rows, 1_000_000)
+              for b in h.arrow_rows(s, min(1_000_000, rows - s)).to_batches())
+    reader = pa.RecordBatchReader.from_batches(h.arrow_rows(0, 1).schema, chunks)
+    lance.write_dataset(reader, uri, mode="append" if memwal else "create")
+
+
+def _copy(src: str, dst: str) -> str:
+    """Lance's data files are immutable: hard links; everything else is copied."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, copy_function=lambda s, d: (
+        os.link(s, d) if f"{os.sep}data{os.sep}" in s else shutil.copy2(s, d)))
+    return dst
+
+
+def _case(ctx: h.Ctx, base: int, upserts: int) -> dict[str, Any]:
+    import lance
+
+    root = ctx.scratch(f"pkc{base}")
+    srcs = {MEMWAL: str(root / "memwal.lance"), LANCE: str(root / "lance.lance")}
+    t0 = time.perf_counter()
+    for name, src in srcs.items():
+        _base(src, base, name == MEMWAL)
+    ctx.log(f"  base of {base:,} rows built twice in {time.perf_counter() - t0:.0f} s")
+    rows = h.arrow_rows(base - upserts // 2, upserts)
+
+    def memwal(r: int) -> dict[str, Any]:
+        uri = _copy(srcs[MEMWAL], str(root / "run.lance"))
+        for part in range(4):
+            h.inproc_append(uri, rows.slice(part * upserts // 4, upserts // 4),
+                            enable_memtable="false")
+        t = time.perf_counter()
+        compact(uri)
+        secs = time.perf_counter() - t
+        assert lance.dataset(uri).count_rows() == base + upserts // 2
+        return {"rows_s": upserts / secs, "seconds": secs}
+
+    def merge(r: int) -> dict[str, Any]:
+        ds = lance.dataset(_copy(srcs[LANCE], str(root / "run.lance")))
+        t = time.perf_counter()
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+        secs = time.perf_counter() - t
+        assert lance.dataset(ds.uri).count_rows() == base + upserts // 2
+        return {"rows_s": upserts / secs, "seconds": secs}
+
+    runs = h.alternate(ctx, {MEMWAL: memwal, LANCE: merge}, warmup=0, label=f"B={base:,}: ")
+    shutil.rmtree(root, ignore_errors=True)
+    return {"base_rows": base, "competitors": h.stats(runs),
+            "ratio": h.ratios(runs, MEMWAL, "rows_s", [LANCE])[LANCE]}
+
+
+def run(ctx: h.Ctx) -> dict[str, Any]:
+    upserts = ctx.pick(10_000, 200_000)
+    cases = [_case(ctx, base, upserts)
+             for base in ctx.pick((20_000, 100_000), (1_000_000, 10_000_000, 30_000_000))]
+    return {"title": f"{upserts:,} upserts into a primary-key base: memwal compaction vs Lance "
+                     "merge_insert",
+            "config": {"upserts": upserts, "wal": "4 in-process appends, enable_memtable=false"},
+            "cases": cases,
+            "panels": [h.panel(f"base {c['base_rows']:,} rows", c["competitors"], "rows_s",
+                               "rows/s") for c in cases],
+            "table": {"columns": ["base rows", "competitor", "upserted rows/s", "seconds"],
+                      "rows": [r for c in cases for r in h.rows(c["competitors"], [
+                          ("rows_s", "{:,.0f}"), ("seconds", "{:.3g}")], f"{c['base_rows']:,}")]},
+            "targets": [h.target(f"base {c['base_rows']:,}: compaction / merge_insert rows/s "
+                                 "(compaction also reads and dedups the WAL)", c["ratio"])
+                        for c in cases]}

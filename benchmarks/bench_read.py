@@ -1,0 +1,109 @@
+"""``spark.read.format("memwal")`` vs a Python source serving the same batches from memory.
+
+A table written by memwal (WAL-only, Spark's defaults) and a parquet copy. The ceiling
+is ``memory_arrow``: one partition per shard, yielding that shard's WAL batches from
+the Python worker's memory (loaded once per worker in the warm-up; the scenario checks
+that timed runs loaded nothing). Each read is consumed by Spark's ``noop`` sink.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from . import harness as h
+
+NAME = "read"
+MEMWAL, CEILING = "spark.read memwal", "in-memory Python source, same batches"
+PARQUET = "spark.read parquet"
+_MEMORY: dict[str, list[list[pa.RecordBatch]]] = {}  # per worker: path -> batches per shard
+
+
+def _wal_files(path: str) -> list[list[str]]:
+    return [sorted(glob.glob(os.path.join(s, "*.arrow")))
+            for s in sorted(glob.glob(os.path.join(path, "_mem_wal", "*", "wal")))]
+
+
+class MemoryReader(DataSourceReader):
+    def __init__(self, path: str, schema: pa.Schema):
+        self.path, self.schema = path, schema
+
+    def partitions(self) -> list[InputPartition]:  # one per shard
+        return [InputPartition(i) for i in range(len(_wal_files(self.path)))]
+
+    def read(self, partition: InputPartition):
+        if self.path not in _MEMORY:  # the worker's first read: load every shard once
+            names = self.schema.names
+            _MEMORY[self.path] = [[pa.RecordBatch.from_arrays([b.column(n) for n in names],
+                                                              schema=self.schema)
+                                   for f in fs for b in pa.ipc.open_stream(pa.memory_map(f))]
+                                  for fs in _wal_files(self.path)]
+            with open(self.path + ".loads", "a") as f:
+                f.write(f"{os.getpid()}\n")
+        yield from _MEMORY[self.path][partition.value]
+
+
+class MemorySource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "memory_arrow"
+
+    def schema(self) -> str:
+        return h.SPARK_COLUMNS
+
+    def reader(self, schema) -> MemoryReader:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return MemoryReader(self.options["path"], to_arrow_schema(schema))
+
+
+def _loads(path: str) -> int:
+    return len(open(path).readlines()) if os.path.exists(path) else 0
+
+
+def run(ctx: h.Ctx) -> dict[str, Any]:
+    rows, root = ctx.pick(200_000, 2_000_000, 4_000_000), ctx.scratch("read")
+    table, pq = str(root / "t.lance"), str(root / "p")
+    spark = h.spark_session(ctx, MemorySource)
+    try:
+        df = h.frame(spark, 0, rows, parts=4)
+        df.write.format("memwal").mode("append").save(table)
+        df.write.parquet(pq)
+        assert spark.read.format("memwal").load(table).count() == rows
+
+        def consume(reader):
+            def run(r: int) -> dict[str, Any]:
+                t = time.perf_counter()
+                reader().write.format("noop").mode("overwrite").save()
+                return {"rows_s": rows / (time.perf_counter() - t)}
+            return run
+
+        comps = {MEMWAL: consume(lambda: spark.read.format("memwal").load(table)),
+                 CEILING: consume(lambda: spark.read.format("memory_arrow").load(table)),
+                 PARQUET: consume(lambda: spark.read.parquet(pq))}
+        h.alternate(ctx, comps, repeats=1)  # two warm-ups: every worker has loaded
+        loads = _loads(table + ".loads")
+        runs = h.alternate(ctx, comps, warmup=0)
+        timed_loads, entries = _loads(table + ".loads") - loads, sum(map(len, _wal_files(table)))
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    comp, rt = h.stats(runs), h.ratios(runs, MEMWAL, "rows_s", [CEILING, PARQUET])
+    return {"title": f"spark.read of {rows:,} WAL rows vs a Python source serving them from memory",
+            "config": {"rows": rows, "wal_entries": entries, "consumed_by": "format('noop')"},
+            "competitors": comp, "ratios": rt,
+            "panels": [h.panel("spark.read rows/s", comp, "rows_s", "rows/s")],
+            "table": {"columns": ["competitor", "rows/s", "memwal / it"],
+                      "rows": [[*r, h.cell(rt[r[0]], "{:.2f}") if r[0] in rt else "1"]
+                               for r in h.rows(comp, [("rows_s", "{:,.0f}")])]},
+            "targets": [h.target("spark.read memwal / in-memory Python source rows/s",
+                                 rt[CEILING], 0.9),
+                        h.target("spark.read memwal / spark.read parquet rows/s", rt[PARQUET]),
+                        {"what": "the in-memory source loaded nothing in timed runs",
+                         "value": f"{timed_loads} loads", "met": timed_loads == 0}]}

@@ -1,0 +1,64 @@
+"""Issue 25: 16 concurrent appending jobs in one SparkSession, memwal vs the Lance append.
+
+16 threads (each first sets the session active on its JVM thread) run N appends of
+5,000 rows, a job each: ``format("memwal")`` (defaults) vs ``lance.write_dataset(
+df.toArrow(), mode="append")``. Appends/s, p99, CPU s per append of the driver, the
+JVM and the Python workers (psutil over this process's tree).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import harness as h
+
+NAME = "spark_concurrency"
+THREADS, ROWS = 16, 5_000
+MEMWAL, LANCE = "memwal (defaults)", "Lance append (toArrow + write_dataset)"
+KINDS = ("driver", "jvm", "python workers")
+
+
+def run(ctx: h.Ctx) -> dict[str, Any]:
+    import lance
+
+    n = ctx.pick(1, 5, 10)
+    spark = h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR"})
+    try:
+        def competitor(kind: str):
+            def run(r: int) -> dict[str, Any]:
+                uri, k = str(ctx.scratch("sc") / "t.lance"), n if r >= 0 else 1
+                if kind == MEMWAL:
+                    def append(start: int) -> None:
+                        h.frame(spark, start, ROWS).write.format("memwal").mode("append").save(uri)
+                else:
+                    def append(start: int) -> None:
+                        lance.write_dataset(h.frame(spark, start, ROWS).toArrow(), uri,
+                                            mode="append")
+                append(0)  # the table, untimed
+                out = h.concurrent_appends(spark, THREADS, k, ROWS, append)
+                rows = (h.committed_rows(uri) if kind == MEMWAL
+                        else lance.dataset(uri).count_rows())
+                assert rows == (THREADS * k + 1) * ROWS, f"{rows} rows visible"
+                return out
+            return run
+
+        runs = h.alternate(ctx, {MEMWAL: competitor(MEMWAL), LANCE: competitor(LANCE)})
+    finally:
+        spark.stop()
+    comp = h.stats(runs)
+    rt = {k: h.ratios(runs, MEMWAL, k, [LANCE])[LANCE] for k in ("appends_s", "p99_ms")}
+    cpu = [f"cpu_s_per_append {k}" for k in KINDS]
+    return {"title": f"{THREADS} concurrent appending jobs x {n} x {ROWS:,} rows in one "
+                     "SparkSession: memwal vs the Lance append",
+            "config": {"threads": THREADS, "appends_per_thread": n, "rows_per_append": ROWS},
+            "competitors": comp, "ratios": rt,
+            "panels": [h.panel("appends/s", comp, "appends_s", "appends/s"),
+                       h.panel("p99 per append", comp, "p99_ms", "ms"),
+                       *(h.panel(f"CPU s per append: {c[17:]}", comp, c, "CPU s") for c in cpu)],
+            "table": {"columns": ["competitor", "appends/s", "p50 ms", "p99 ms",
+                                  *(f"CPU s/append {k}" for k in KINDS)],
+                      "rows": h.rows(comp, [("appends_s", "{:.1f}"), ("p50_ms", "{:.0f}"),
+                                            ("p99_ms", "{:.0f}"), *((c, "{:.3f}") for c in cpu)])},
+            "targets": [h.target("memwal / Lance append appends/s", rt["appends_s"], 1.0),
+                        h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.2,
+                                 at_most=True)]}

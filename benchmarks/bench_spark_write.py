@@ -1,0 +1,77 @@
+"""``df.write.format("memwal")`` vs a no-op Python sink and Spark's parquet writer.
+
+One cached DataFrame (4 partitions) written with 10k- and 100k-row Arrow batches by:
+memwal (Spark's defaults: no primary key, so WAL-only), the no-op
+``DataSourceArrowWriter`` (the most any Python sink can reach), Spark's parquet, and
+parquet made durable (its files and directories fsynced, like with like: memwal's rows
+are durable when the job returns). Fresh path per repeat; rows/s and cores busy.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import harness as h
+
+NAME = "spark_write"
+WAL = "memwal (Spark defaults, WAL-only)"
+NOOP = "no-op DataSourceArrowWriter"
+PARQUET = "Spark parquet"
+PARQUET_SYNC = "Spark parquet, then fsync (durable)"
+
+
+def run(ctx: h.Ctx) -> dict[str, Any]:
+    rows = ctx.pick(200_000, 2_000_000, 4_000_000)
+    spark = h.spark_session(ctx)
+    cases = []
+    try:
+        df = h.frame(spark, 0, rows, parts=4).cache()
+        assert df.count() == rows
+
+        def timed(write):
+            def run(r: int) -> dict[str, Any]:
+                path = str(ctx.scratch("sw") / "t")
+                cpu0, t0 = sum(h.cpu_tree().values()), time.perf_counter()
+                write(path)
+                secs = time.perf_counter() - t0
+                return {"rows_s": rows / secs, "cores_busy": (sum(h.cpu_tree().values()) - cpu0)
+                        / secs, "seconds": secs}
+            return run
+
+        def memwal(path: str) -> None:
+            df.write.format("memwal").mode("append").save(path)
+            assert h.committed_rows(path) == rows
+
+        def parquet(path: str, durable: bool = False) -> None:
+            df.write.parquet(path)
+            if durable:
+                h.fsync_tree(path)
+
+        comps = {WAL: timed(memwal),
+                 NOOP: timed(lambda p: df.write.format("noop_arrow").mode("append").save()),
+                 PARQUET: timed(parquet), PARQUET_SYNC: timed(lambda p: parquet(p, True))}
+        for batch in (10_000, 100_000):
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch))
+            runs = h.alternate(ctx, comps, label=f"{batch:,}-row batches: ")
+            rt = h.ratios(runs, WAL, "rows_s", [NOOP, PARQUET, PARQUET_SYNC])
+            rt["noop/parquet"] = h.ratios(runs, NOOP, "rows_s", [PARQUET])[PARQUET]
+            cases.append({"batch_rows": batch, "competitors": h.stats(runs), "ratios": rt})
+    finally:
+        spark.stop()
+    rows_t, targets = [], []
+    for c in cases:
+        c["label"] = b = f"{c['batch_rows']:,}-row batches"
+        rt = c["ratios"]
+        rows_t += h.rows(c["competitors"], [("rows_s", "{:,.0f}"), ("cores_busy", "{:.2f}")], b)
+        targets += [h.target(f"{b}: memwal / no-op Arrow writer rows/s", rt[NOOP], 0.97),
+                    h.target(f"{b}: memwal / Spark parquet rows/s", rt[PARQUET], 1.0),
+                    h.target(f"{b}: memwal / parquet made durable rows/s", rt[PARQUET_SYNC], 1.0),
+                    h.target(f"{b}: no-op writer / Spark parquet rows/s (any Python sink's most)",
+                           rt["noop/parquet"])]
+    return {"title": f"Spark df.write of {rows:,} rows: memwal vs no-op Python sink vs parquet",
+            "config": {"rows": rows, "partitions": 4, "timed": "df.write...save(path)"},
+            "cases": cases, "targets": targets,
+            "panels": [h.panel(c["label"], c["competitors"], "rows_s", "rows/s") for c in cases],
+            "table": {"columns": ["batches", "competitor", "rows/s", "cores busy"],
+                      "rows": rows_t}}

@@ -1,0 +1,545 @@
+"""The benchmark harness; every scenario (``bench_<name>.py``: ``NAME``, ``run(ctx)``) uses it.
+
+Competitors alternate in one run (an untimed warm-up round, then repeat ``r`` in an order
+rotated by ``r``); goals are ratios of same-repeat pairs, median and range. A result is
+``{"title", "config", "table": {"columns", "rows"}, "targets", "panels"}``; ``panels``
+(``[title, {competitor: summary}, unit]``) become ``<name>.png``. :mod:`benchmarks.run`
+adds the machine, the load and the Spark settings. MB = 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import datasource as sds
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from memwal_datasource import MemWalDataSource
+from memwal_datasource.commit import CommitLog
+from memwal_datasource.store import ObjectStore, open_store
+
+MB = 1_000_000
+KiB, MiB = 1024, 1024 * 1024
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SUFFIX = "-abcdefghijklmnopqrstuvwxyz0123"  # a row is ~58 Arrow bytes: id, ~38 B payload, score
+SPARK_COLUMNS = "id bigint, payload string, score double"
+
+
+# --- context ---------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    """What every scenario gets: scale, repeats, scratch space, a logger."""
+
+    workdir: Path
+    scale: str  # "quick" (smoke run), "default" or "full"
+    repeats: int
+    machine: dict[str, Any]
+    log: Callable[[str], None] = print
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the Spark settings
+    quick = property(lambda self: self.scale == "quick")
+
+    def pick(self, quick: Any, default: Any, full: Any = None) -> Any:
+        """The size for this run's scale (``full`` defaults to ``default``)."""
+        return quick if self.quick else full if self.scale == "full" and full else default
+
+    def scratch(self, name: str) -> Path:
+        """A fresh, empty directory under the work dir."""
+        p = self.workdir / name
+        shutil.rmtree(p, ignore_errors=True)
+        p.mkdir(parents=True)
+        return p
+
+
+# --- data ------------------------------------------------------------------------
+
+def arrow_rows(start: int, rows: int) -> pa.Table:
+    """Rows ``start .. start+rows-1`` (id, payload, score), freshly allocated."""
+    ids = pa.array(np.arange(start, start + rows, dtype=np.int64))
+    payload = pc.binary_join_element_wise(pc.cast(ids, pa.string()), SUFFIX[1:], "-")
+    return pa.table({"id": ids, "payload": payload,
+                     "score": pc.multiply(pc.cast(ids, pa.float64()), 0.001)},
+                    schema=pa.schema([pa.field("id", pa.int64(), False),
+                                      ("payload", pa.string()), ("score", pa.float64())]))
+
+
+def spark_schema() -> StructType:
+    """The Spark schema of :func:`arrow_rows` (id not null), as Spark hands it to a writer."""
+    return StructType([StructField("id", LongType(), False), StructField("payload", StringType()),
+                       StructField("score", DoubleType())])
+
+
+def inproc_append(uri: str, table: pa.Table, storage: dict[str, str] | None = None,
+                  **options: str):
+    """One Spark append without Spark: the DataSource's ``writer(schema, False)``, its
+    ``write()`` of partition 0 (what a task runs) and ``commit([msg])`` (the driver's)."""
+    opts = {"path": uri, **{f"storage.{k}": v for k, v in (storage or {}).items()}, **options}
+    w = MemWalDataSource(opts).writer(spark_schema(), False)
+    msg = w.write(iter(table.to_batches()))
+    w.commit([msg])
+    return msg
+
+
+def committed_rows(uri: str, storage: dict[str, str] | None = None) -> int:
+    """Rows in the table's visible commit records."""
+    return sum(r.rows for r in CommitLog(open_store(uri, storage or {})).visible())
+
+
+def create_table(uri: str, storage: dict[str, str] | None = None) -> None:
+    """A memwal table of :func:`arrow_rows`' schema, primary key ``id``."""
+    from memwal_datasource.table import create_table as create
+
+    create(uri, arrow_rows(0, 1).schema, primary_key=["id"], storage_options=storage)
+
+
+def count_objects(uri: str, storage: dict[str, str] | None = None) -> int:
+    """Objects (files, keys) under a table."""
+    return sum(1 for _ in open_store(uri, storage or {}).list(""))
+
+
+def fsync_tree(root: str | Path) -> None:
+    """fsync every file under ``root``, then every directory."""
+    walk = list(os.walk(root))
+    for path in [os.path.join(d, f) for d, _s, fs in walk for f in fs] + [d for d, *_ in walk]:
+        fsync_path(path)
+
+
+def fsync_path(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # a rival's temp file, renamed since listed
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def s3_bucket(ctx: Ctx, bucket: str) -> Iterator[tuple[Any, str | None]]:
+    """``(server, None)`` with ``bucket`` created on a local SeaweedFS, or ``(None, why)``."""
+    from tests.s3_server import start_s3_server
+
+    try:
+        server = start_s3_server(ctx.scratch(f"s3-{bucket}"))
+        server.create_bucket(bucket)
+    except Exception as exc:  # noqa: BLE001 - the scenario reports the skip
+        yield None, f"no S3 server: {exc}"
+        return
+    try:
+        yield server, None
+    finally:
+        server.stop()
+
+
+class IoTrace:
+    """Records every ObjectStore call (outermost only) and every ``os.fsync`` while active."""
+
+    OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "head", "exists",
+           "list", "list_dirs", "delete", "modified_ms")
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, float]] = []  # (op, key or path, ms)
+        self._local, self._undo = threading.local(), [(os, "fsync", os.fsync)]
+
+    def __enter__(self) -> IoTrace:
+        classes, todo = [], [ObjectStore]
+        while todo:  # every store class, wherever it lives
+            classes.append(todo.pop())
+            todo += classes[-1].__subclasses__()
+        self._undo += [(c, op, c.__dict__[op]) for c in classes for op in self.OPS
+                       if op in c.__dict__]
+        for owner, op, fn in self._undo:
+            setattr(owner, op, self._wrap(fn, op))
+        return self
+
+    def _wrap(self, fn: Callable, op: str) -> Callable:
+        def call(*args, **kwargs):
+            depth = getattr(self._local, "depth", 0)
+            self._local.depth, t = depth + 1, time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._local.depth = depth
+                if depth == 0 or op == "fsync":  # fsync(fd), or store.op(key, ...)
+                    key = (os.readlink(f"/proc/self/fd/{args[0]}") if op == "fsync" else
+                           args[1] if len(args) > 1 and isinstance(args[1], str) else "(batch)")
+                    self.events.append((op, key, (time.perf_counter() - t) * 1e3))
+        return call
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+
+
+def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
+                  rows: int = 5_000, **options: str) -> dict[str, Any]:
+    """Store calls and fsyncs per in-process append (:func:`inproc_append`, the code a
+    Spark append runs), after one untimed append; and what the last append touched."""
+    inproc_append(uri, arrow_rows(0, rows), storage, **options)
+    with IoTrace() as tr:
+        for i in range(1, n + 1):
+            mark = len(tr.events)
+            inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
+    ops, uuid_re = collections.Counter(e[0] for e in tr.events), re.compile(r"[0-9a-f-]{32,36}")
+    return {"per_append": {op: c / n for op, c in sorted(ops.items())},
+            "ms_per_append": {op: sum(ms for o, _k, ms in tr.events if o == op) / n
+                              for op in sorted(ops)},
+            "last_append": [f"{op} {uuid_re.sub('<id>', k.replace(uri, '<table>'))}"
+                            for op, k, _ms in tr.events[mark:]]}
+
+
+# --- statistics ------------------------------------------------------------------
+
+def pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else float("nan")
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    """median, min, max, n and the raw values."""
+    v = [float(x) for x in values] or [float("nan")]
+    return {"median": float(np.median(v)), "min": min(v), "max": max(v), "n": len(values),
+            "values": v}
+
+
+def paired(num: Sequence[float], den: Sequence[float]) -> dict[str, Any]:
+    """Per-repeat ratios ``num[r] / den[r]`` summarised (drift cancels within a repeat)."""
+    return summarize([a / b if b else float("nan") for a, b in zip(num, den, strict=True)])
+
+
+def cell(s: dict[str, Any], fmt: str = "{:.3g}") -> str:
+    """``median (min..max)``."""
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
+
+
+def target(what: str, s: dict[str, Any], goal: float | None = None,
+           at_most: bool = False) -> dict[str, Any]:
+    """A goal on a summary (a paired ratio or a value), met by its median; no goal: reported."""
+    value = f"{s['median']:.3g} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"
+    if goal is None:
+        return {"what": f"{what} (reported, no goal)", "value": value, "met": None}
+    met = s["median"] <= goal if at_most else s["median"] >= goal
+    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "met": met,
+            "goal": goal}
+
+
+def alternate(ctx: Ctx, competitors: dict[str, Callable[[int], dict[str, Any]]],
+              warmup: int = 1, repeats: int | None = None,
+              label: str = "") -> dict[str, list[dict[str, Any]]]:
+    """``warmup`` untimed rounds (repeat index -1), then ``repeats`` rounds in rotated order."""
+    names = list(competitors)
+    out: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+
+    def call(name: str, r: int) -> dict[str, Any]:
+        gc.collect()
+        res = competitors[name](r)
+        brief = ", ".join(f"{k} {v:.3g}" for k, v in res.items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool))
+        ctx.log(f"  {label}{'warm-up' if r < 0 else f'repeat {r + 1}'} {name}: {brief[:140]}")
+        return res
+
+    for _ in range(warmup):
+        for name in names:
+            call(name, -1)
+    for r in range(repeats or ctx.repeats):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            out[name].append(call(name, r))
+    return out
+
+
+def stats(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """``{competitor: {key: summarize(...) for every numeric key, "runs": raw}}``."""
+    out = {}
+    for name, rs in runs.items():
+        keys = [k for k, v in rs[0].items() if isinstance(v, (int, float))
+                and not isinstance(v, bool)]
+        out[name] = {**{k: summarize([x[k] for x in rs]) for k in keys},
+                     "runs": [{k: v for k, v in x.items() if not isinstance(v, list)}
+                              for x in rs]}
+    return out
+
+
+def ratios(runs: dict[str, list[dict[str, Any]]], ours: str, key: str,
+           others: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{other: paired(ours[key], other[key])}``."""
+    return {o: paired([x[key] for x in runs[ours]], [x[key] for x in runs[o]]) for o in others}
+
+
+def rows(comp: dict[str, dict[str, Any]], cols: Sequence[tuple[str, str]],
+         *prefix: str) -> list[list[str]]:
+    """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing)."""
+    return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols)]
+            for n, s in comp.items()]
+
+
+def panel(title: str, comp: dict[str, dict[str, Any]], key: str, unit: str) -> list:
+    """A bar panel of ``key`` for every competitor that has it."""
+    return [title, {n: s[key] for n, s in comp.items() if key in s}, unit]
+
+
+# --- the machine and its load ------------------------------------------------------
+
+def _mount_of(path: str) -> dict[str, str]:
+    path = os.path.realpath(path)
+    m = max((p for p in psutil.disk_partitions(all=True) if path == p.mountpoint
+             or path.startswith(p.mountpoint.rstrip("/") + "/")), key=lambda p: len(p.mountpoint))
+    return {"device": m.device, "mount": m.mountpoint, "fstype": m.fstype}
+
+
+def machine_info(workdir: str) -> dict[str, Any]:
+    """CPU model, cores, RAM, disk, versions, git commit, load average."""
+    from importlib.metadata import version
+
+    model = platform.processor() or "?"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next((ln.split(":", 1)[1].strip() for ln in f
+                      if ln.lower().startswith("model name")), model)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    return {"cpu_model": model, "logical_cores": os.cpu_count(),
+            "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
+            "platform": platform.platform(), "python": sys.version.split()[0],
+            "pyarrow": pa.__version__, "pylance": version("pylance"),
+            "disk": {"path": str(workdir), **_mount_of(workdir)}, "git_commit": commit,
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    d = m["disk"]
+    return (f"{m['cpu_model']}, {m['logical_cores']} cores, {m['ram_gb']} GB RAM, "
+            f"{d.get('fstype')} on {d.get('device')}, py {m['python']}, pyarrow {m['pyarrow']}, "
+            f"pylance {m['pylance']}")
+
+
+class Load:
+    """Load average and the CPU share other processes took while a scenario ran."""
+
+    def __enter__(self) -> Load:
+        self.t0, self.load0, self.sys0 = time.perf_counter(), os.getloadavg(), psutil.cpu_times()
+        self.own0 = self._own()
+        return self
+
+    @staticmethod
+    def _own() -> float:
+        t = psutil.Process().cpu_times()  # with reaped children: a stopped JVM counts
+        return t.children_user + t.children_system + sum(cpu_tree().values())
+
+    @staticmethod
+    def _busy(t) -> float:
+        return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest",
+                                                                  "guest_nice", "steal"))
+
+    def __exit__(self, *exc) -> None:
+        avail = max((time.perf_counter() - self.t0) * (os.cpu_count() or 1), 1e-9)
+        own = self._own() - self.own0
+        busy = self._busy(psutil.cpu_times()) - self._busy(self.sys0)
+        self.result = {"loadavg_start": [round(x, 2) for x in self.load0],
+                       "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                       "cpu_own_frac": round(own / avail, 3),
+                       "cpu_others_frac": round(max(0.0, busy - own) / avail, 3)}
+
+
+def load_line(c: dict[str, Any] | None) -> str:
+    if not c:
+        return "load not measured"
+    warn = " (measured under contention)" if c["cpu_others_frac"] > 0.1 else ""
+    return (f"load avg {c['loadavg_start'][0]:.1f} -> {c['loadavg_end'][0]:.1f}; other "
+            f"processes used {c['cpu_others_frac']:.0%} of all CPU, this run "
+            f"{c['cpu_own_frac']:.0%}{warn}")
+
+
+def cpu_tree(root=None) -> dict[str, float]:
+    """CPU seconds (user + system) of ``root`` (this process) and its descendants, by kind:
+    ``driver`` (root), ``jvm``, ``python workers``, ``other``."""
+    root = root or psutil.Process()
+    out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0, "other": 0.0}
+    for p in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            kind = ("driver" if p.pid == root.pid else "jvm" if "java" in p.name()
+                    else "python workers" if "python" in p.name() else "other")
+            out[kind] += t.user + t.system
+    return out
+
+
+class RssSampler:
+    """Peak RSS of the Python processes started below this one while active (every 20 ms)."""
+
+    def __enter__(self) -> RssSampler:
+        self.peak, self._stop = 0, threading.Event()
+        self._old = {p.pid for p in psutil.Process().children(recursive=True)}
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            for p in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if p.pid not in self._old and "python" in p.name():
+                        self.peak = max(self.peak, p.memory_info().rss)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+# --- Spark -----------------------------------------------------------------------
+
+class NoopWriter(sds.DataSourceArrowWriter):
+    """Counts rows, writes nothing: the ceiling of any Python sink."""
+
+    def write(self, iterator) -> sds.WriterCommitMessage:
+        sum(b.num_rows for b in iterator)
+        return sds.WriterCommitMessage()
+
+
+class NoopStreamWriter(NoopWriter, sds.DataSourceStreamArrowWriter):
+    def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
+        pass
+
+
+class NoopSource(sds.DataSource):
+    """``format("noop_arrow")``: a Python sink for batch and stream writes that writes nothing."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "noop_arrow"
+
+    def schema(self) -> str:
+        return SPARK_COLUMNS
+
+    def writer(self, schema, overwrite: bool) -> NoopWriter:
+        return NoopWriter()
+
+    def streamWriter(self, schema, overwrite: bool) -> NoopStreamWriter:  # noqa: N802
+        return NoopStreamWriter()
+
+
+SHOWN_CONF = ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
+              "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
+              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled")
+
+
+def spark_session(ctx: Ctx, *sources, **conf: str):
+    """local[2] SparkSession (UI off, workers on this interpreter) with ``memwal``,
+    ``noop_arrow`` and ``sources`` registered; its settings go to the log and the JSON
+    (the same for every competitor of the scenario)."""
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO_ROOT) not in path:  # workers import benchmarks.harness for noop_arrow
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *path])
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.master("local[2]").appName("memwal-bench").config(map={
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "2", **conf}).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    for s in (MemWalDataSource, NoopSource, *sources):
+        spark.dataSource.register(s)
+    shown = {"spark": spark.version}
+    for k in SHOWN_CONF:
+        try:
+            shown[k] = spark.conf.get(k)
+        except Exception:  # noqa: BLE001 - a setting with no default, not set
+            shown[k] = "(unset)"
+    ctx.extra.setdefault("spark_settings", []).append(shown)
+    ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
+    return spark
+
+
+def frame(spark, start: int, rows: int, parts: int = 1):
+    """The Spark twin of :func:`arrow_rows`."""
+    return spark.range(start, start + rows, numPartitions=parts).selectExpr(
+        "id", f"concat(cast(id as string), '{SUFFIX}') as payload",
+        "cast(id as double) * 0.001 as score")
+
+
+def concurrent_appends(spark, writers: int, n: int, rows: int,
+                       append: Callable[[int], None]) -> dict[str, Any]:
+    """``writers`` threads, ``n`` appends of ``rows`` rows each (``append(first id)``);
+    rows/s, appends/s and latency per append, plus CPU seconds per append by process."""
+    lat: list[float] = []
+    gate = threading.Barrier(writers)
+
+    def writer(w: int) -> None:
+        # A new JVM thread has no active session; Python sources are found through it.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        gate.wait()
+        for i in range(n):
+            t = time.perf_counter()
+            append((1 + w * n + i) * rows)
+            lat.append((time.perf_counter() - t) * 1e3)
+
+    cpu0, t0 = cpu_tree(), time.perf_counter()
+    with ThreadPoolExecutor(writers) as pool:
+        for f in [pool.submit(writer, w) for w in range(writers)]:
+            f.result()
+    wall, cpu1 = time.perf_counter() - t0, cpu_tree()
+    return {"seconds": wall, "rows_s": writers * n * rows / wall, "appends_s": writers * n / wall,
+            "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "lat_ms": lat,
+            **{f"cpu_s_per_append {k}": (cpu1[k] - cpu0[k]) / (writers * n)
+               for k in ("driver", "jvm", "python workers")}}
+
+
+# --- output ----------------------------------------------------------------------
+
+def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
+    """``<name>.json`` and, if the result has panels, ``<name>.png``."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{result['name']}.json"
+    path.write_text(json.dumps(result, indent=1, default=lambda o: o.item() if hasattr(
+        o, "item") else str(o)) + "\n")
+    return [path, *([bars_figure(result, results_dir)] if result.get("panels") else [])]
+
+
+def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
+    """One horizontal bar panel per ``[title, {competitor: summary}, x label]``: medians
+    with min-max bars (ours red); title with the load, footer with the machine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels, cols = result["panels"], min(2, len(result["panels"]))
+    height = 0.4 * max(len(p[1]) for p in panels) + 1.6
+    fig, grid = plt.subplots(-(-len(panels) // cols), cols, squeeze=False,
+                             figsize=(6.4 * cols, height * -(-len(panels) // cols) + 1.0))
+    for ax in grid.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, comp, xlabel) in zip(grid.flat, panels, strict=False):
+        med, lo, hi = (np.array([s[k] for s in comp.values()]) for k in ("median", "min", "max"))
+        ax.barh(range(len(med)), med, xerr=[np.maximum(med - lo, 0), np.maximum(hi - med, 0)],
+                capsize=3, color=["#d62728" if n.lower().startswith(("memwal", "ours"))
+                                  else "#1f77b4" for n in comp])
+        ax.set_yticks(range(len(med)), [n[:48] for n in comp], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{xlabel} (median, min-max bars)", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"{result['title']}\n{load_line(result.get('load'))}", fontsize=9)
+    fig.text(0.5, 0.005, machine_line(result["machine"]), ha="center", va="bottom", fontsize=7,
+             color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 0.93))
+    fig.savefig(path := results_dir / f"{result['name']}.png", dpi=100)
+    plt.close(fig)
+    return path
