@@ -30,7 +30,6 @@ PACKAGES = ("memwal_datasource", "benchmarks")
 # this when merging them. Each is one simple cycle as the test names it (from its
 # smallest module on).
 KNOWN_ELSEWHERE: frozenset[tuple[str, ...]] = frozenset({
-    ("benchmarks.bench_s3_client", "benchmarks.run"),
     ("memwal_datasource.spark.deletes", "memwal_datasource.spark.source"),
     ("memwal_datasource.spark.deletes", "memwal_datasource.spark.source",
      "memwal_datasource.spark.writer", "memwal_datasource.spark.shard_turns"),
