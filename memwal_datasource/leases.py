@@ -156,6 +156,9 @@ class Holder:
     # When the holder's job started (epoch ms): its age for wait-die. Records
     # written before the field existed read as 0, the oldest.
     job_started_ms: int = 0
+    # An idle writer kept between tasks (memwal_datasource.writer_pool) holds the lease
+    # for no job: anyone may take it over, and its claim fences the kept writer.
+    kept: bool = False
 
     def precedes(self, other: Holder) -> bool:
         """Whether this holder's job is older than ``other``'s (ties broken by job id).
@@ -319,7 +322,7 @@ class Leases:
                 log.debug("shard %s: could not delete lease generation %d: %s", shard, gen, exc)
 
     def _verdict(self, cur: Lease | None, holder: Holder, now_ms: int) -> str:
-        if cur is None or not cur.live(now_ms):
+        if cur is None or not cur.live(now_ms) or cur.holder.kept:
             return "free"
         if cur.holder.job_id == holder.job_id and cur.holder.partition == holder.partition:
             return "takeover"
@@ -461,6 +464,25 @@ class Leases:
                 return new
         raise StoreError(f"shard {shard}: gave up renewing a lease after {_MAX_RACES} races")
 
+    def relabel(self, lease: Lease, holder: Holder) -> Lease:
+        """``lease`` renewed under ``holder`` (same acquisition): who holds it now.
+
+        A kept writer's lease names the job whose task uses it, or that it is
+        idle (``holder.kept``). Raises :class:`LeaseLost` as :meth:`renew` does.
+        """
+        shard = lease.shard
+        for _ in range(_MAX_RACES):
+            gen, cur = self._latest(shard)
+            if cur is None or cur.lease_id != lease.lease_id or cur.released:
+                raise LeaseLost(shard, lease, cur)
+            now = self._now_ms()
+            new = dataclasses.replace(cur, generation=gen + 1, holder=holder,
+                                      expires_ms=now + int(self.ttl_s * 1000),
+                                      nonce=uuid.uuid4().hex)
+            if self._write(new, "relabel"):
+                return new
+        raise StoreError(f"shard {shard}: gave up relabelling a lease after {_MAX_RACES} races")
+
     def release(self, lease: Lease) -> bool:
         """Mark ``lease`` released so others can take the shard at once. Best effort.
 
@@ -569,6 +591,12 @@ class HeldLease:
             with self._lock:
                 self._lease = new
                 self.renewals += 1
+
+    def relabel(self, holder: Holder) -> None:
+        """Name ``holder`` as the lease's holder from now on (raises :class:`LeaseLost`)."""
+        self.check()
+        with self._lock:
+            self._lease = self._leases.relabel(self._lease, holder)
 
     def release(self) -> bool:
         """Stop renewing and release the lease (best effort, never raises). Idempotent."""
