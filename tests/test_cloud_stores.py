@@ -17,7 +17,7 @@ from memwal_datasource.errors import (
     TransientStoreError,
 )
 from memwal_datasource.gcs_store import GCSStore
-from memwal_datasource.spark.source import _check_store
+from memwal_datasource.spark.prepare import check_store
 from memwal_datasource.store import open_store, put_resolved
 from tests.cloud_emulators import EmulatorUnavailable, GcsXmlGateway, require_put_if_absent
 from tests.fault_proxy import FaultRule
@@ -101,7 +101,7 @@ def test_missing_bucket_or_container(gcs_emulator, azure_emulator):
         with pytest.raises(StoreNotFoundError):
             store.check_bucket()
         with pytest.raises(StoreNotFoundError):  # what a Spark write checks on the driver
-            _check_store(uri, opts)
+            check_store(uri, opts)
 
 
 def test_azure_bad_key_is_an_auth_error_without_the_key(azure_emulator):

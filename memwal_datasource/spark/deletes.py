@@ -11,8 +11,9 @@ import pyarrow as pa
 
 from ..errors import ConfigError
 from ..sharding import table_sharding
-from ..table import TOMBSTONE, open_table, primary_key_of, table_exists
+from ..table import TOMBSTONE, open_table, primary_key_of, same_logical_type, table_exists
 from .options import WriteOptions
+from .schema import table_schema_for
 
 
 def placeholder(t: pa.DataType, n: int) -> pa.Array:
@@ -71,8 +72,6 @@ def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
     its other columns are ignored. Delete markers hold nulls in the table's
     other columns (zero values in non-nullable ones).
     """
-    from .source import table_schema_for
-
     if not table_exists(opts.path, opts.storage):
         raise ConfigError(f"option 'operation=delete': there is no table at {opts.path} to "
                           "delete from")
@@ -109,8 +108,6 @@ def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
 
 
 def _castable(got: pa.DataType, want: pa.DataType) -> bool:
-    from ..table import same_logical_type
-
     if same_logical_type(got, want):
         return True
     return pa.types.is_timestamp(got) and pa.types.is_timestamp(want) and got.unit == want.unit

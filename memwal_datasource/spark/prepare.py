@@ -1,0 +1,77 @@
+"""The driver's table preparation for a write: create the table, or check the DataFrame.
+
+Runs where Spark plans the write (``DataSource.writer()``), before any task.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from .. import sharding
+from ..commit import COMMITS_DIR
+from ..errors import ConfigError
+from ..format import MEM_WAL_DIR
+from ..store import ObjectStore, open_store
+from ..table import (
+    data_schema,
+    open_table,
+    primary_key_of,
+    schema_mismatch,
+    table_exists,
+    without_row_key,
+)
+from .deletes import prepare_delete
+from .options import WriteOptions
+from .schema import align_timestamps, check_key_types, table_schema_for
+
+# What marks a location as a table of ours: a Lance dataset or a MemWAL.
+TABLE_DIRS = ("_versions", MEM_WAL_DIR, COMMITS_DIR)
+
+
+def check_store(path: str, storage: dict[str, str]) -> ObjectStore:
+    """The table's store; fails on the driver when the bucket is missing or credentials
+    are wrong or missing."""
+    store = open_store(path, storage)
+    check = getattr(store, "check_bucket", None)  # S3, GCS and Azure stores
+    if check is not None:
+        check()
+    return store
+
+
+def _refuse_foreign_directory(path: str, store: ObjectStore) -> None:
+    """Refuse to create a table where something that is not one already lives."""
+    if any(d in TABLE_DIRS or d.startswith("_memwal") for d in store.list_dirs("")):
+        return  # a table (or a MemWAL) of ours, part-made: creating completes it
+    found = next(iter(store.list("")), None)
+    if found is not None:
+        raise ConfigError(
+            f"Save to an empty or new path, or to an existing Lance table: {path} is not "
+            f"empty and is not a Lance table (it holds {found}), so the memwal format will "
+            "not write its files into it.")
+
+
+def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
+    """Create the table from the DataFrame's schema, or check it against the table's."""
+    if opts.delete:
+        return prepare_delete(opts, spark_schema)
+    incoming = table_schema_for(spark_schema)
+    store = check_store(opts.path, opts.storage)
+    if table_exists(opts.path, opts.storage):
+        # Compaction's hidden key (tables without a primary key) is never written.
+        table = without_row_key(open_table(opts.path, opts.storage).schema)
+        problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table))
+        if problem:
+            raise ConfigError(f"DataFrame does not match the table at {opts.path}: {problem}")
+        existing_pk = tuple(primary_key_of(table))
+        if opts.primary_key and opts.primary_key != existing_pk:
+            raise ConfigError(f"option 'primary_key' is {list(opts.primary_key)} but the table at "
+                              f"{opts.path} has primary key {list(existing_pk)}")
+        return table
+    if not opts.create_table:
+        raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
+    _refuse_foreign_directory(opts.path, store)
+    check_key_types(incoming, opts.primary_key)
+    created = sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
+                                    opts.shard_by).schema
+    return without_row_key(created)  # a table without a primary key is created with it
