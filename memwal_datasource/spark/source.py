@@ -34,6 +34,7 @@ from .prepare import check_store, prepare_table
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
 from .schema import conformed
 from .stream import MemWalStreamReader, refuse_unsupported
+from .worker_heap import settled
 from .writer import (
     MemWalBatchWriter,
     MemWalCommitMessage,
@@ -146,6 +147,7 @@ class SparkStreamWriter(MemWalStreamWriter):
 
     mark: StreamMark | None = None
 
+    @settled
     @without_native_paths
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         if self.mark is not None:  # another stream took the query id since planning?
@@ -233,6 +235,7 @@ class MemWalDataSource(DataSource):
                                   f"table at {opts.path} already has; read without it")
         return opts, table
 
+    @settled
     @without_native_paths
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -240,6 +243,7 @@ class MemWalDataSource(DataSource):
         opts, table = self._read_opts()
         return from_arrow_schema(output_schema(table, opts.metadata_columns))
 
+    @settled
     @without_native_paths
     def reader(self, schema: StructType) -> MemWalBatchReader:
         opts, table = self._read_opts()
@@ -252,17 +256,20 @@ class MemWalDataSource(DataSource):
             refuse_without_mem_wal(opts.path, opts.storage, open_table(opts.path, opts.storage))
         return MemWalBatchReader(opts, table)
 
+    @settled
     @without_native_paths
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802
         opts, table = self._read_opts()
         refuse_unsupported(opts)
         return MemWalStreamReader(opts, table)
 
+    @settled
     @without_native_paths
     def writer(self, schema: StructType, overwrite: bool) -> MemWalBatchWriter:
         opts = WriteOptions.parse(dict(self.options))
         return SparkBatchWriter(opts, prepare_table(opts, schema), overwrite)
 
+    @settled
     @without_native_paths
     def streamWriter(self, schema: StructType, overwrite: bool) -> MemWalStreamWriter:  # noqa: N802
         raw = {k.lower(): v for k, v in dict(self.options).items()}

@@ -39,6 +39,7 @@ from ..errors import ConfigError
 from ..store import open_store
 from .options import ReadOptions, StreamStart
 from .reader import WalRange, read_partition, split
+from .worker_heap import settle, settled
 
 
 def refuse_unsupported(opts: ReadOptions) -> None:
@@ -205,6 +206,7 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self):  # noqa: N802
         return None
 
+    @settled
     def partitions(self, start: dict, end: dict) -> list[WalRange]:
         parts: list[WalRange] = []
         first = int(start["commit"])
@@ -224,6 +226,7 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: WalRange) -> Iterator[pa.RecordBatch]:
+        settle()  # see memwal_datasource.spark.worker_heap
         return read_partition(self.opts, self.table_schema, partition)
 
     def commit(self, end: dict) -> None:

@@ -48,6 +48,7 @@ from ..writer import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
+from .worker_heap import settled
 
 __all__ = ["MemWalBatchWriter", "MemWalCommitMessage", "MemWalStreamWriter", "ShardResult",
            "TaskJob", "commit_job", "write_task"]
@@ -428,13 +429,16 @@ class MemWalBatchWriter(DataSourceArrowWriter):
         self.job = TaskJob(self.job_id, f"job {self.job_id} from {socket.gethostname()}",
                            int(self.started * 1000))
 
+    @settled
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return write_task(self.opts, self.schema, iterator, self.job)
 
+    @settled
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
                                       self.job_id, self.started, txn=self.opts.txn)
 
+    @settled
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
         # Spark also aborts when the commit worker died after the record landed.
@@ -461,6 +465,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         self.query_id = query_id
         self.started = time.time()
 
+    @settled
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return write_task(self.opts, self.schema, iterator, self.task_job())
 
@@ -481,6 +486,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         return TaskJob(f"{self.query_id}:{batch}", f"stream {self.query_id} batch {batch}",
                        int(self.started * 1000))
 
+    @settled
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         # The key makes a batch Spark replays after a crash (or a record whose
         # acknowledgement was lost) commit once, checked against the whole log.
@@ -488,6 +494,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
                    query_id=self.query_id, batch_id=batchId,
                    txn=Txn(stream_app_id(self.query_id), batchId))
 
+    @settled
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         log.warning("memwal stream %s batch %d aborted; nothing committed", self.query_id,
                     batchId)
