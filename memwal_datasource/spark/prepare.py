@@ -1,6 +1,10 @@
 """The driver's table preparation for a write: create the table, or check the DataFrame.
 
 Runs where Spark plans the write (``DataSource.writer()``), before any task.
+An existing table is read through :mod:`memwal_datasource.table_info`: its
+description of the latest version, kept in the table, spares the planner
+(a Spark Python worker) pylance's import; pylance is imported only to create
+the table or to describe a version nobody described yet.
 """
 
 from __future__ import annotations
@@ -10,17 +14,11 @@ from pyspark.sql.types import StructType
 
 from .. import sharding
 from ..commit import COMMITS_DIR
-from ..errors import ConfigError
+from ..errors import ConfigError, MemWalError
 from ..format import MEM_WAL_DIR
 from ..store import ObjectStore, open_store
-from ..table import (
-    data_schema,
-    open_table,
-    primary_key_of,
-    schema_mismatch,
-    table_exists,
-    without_row_key,
-)
+from ..table import data_schema, primary_key_of, schema_mismatch, without_row_key
+from ..table_info import TableInfo, describe_created, describe_table
 from .deletes import prepare_delete
 from .options import WriteOptions
 from .schema import align_timestamps, check_key_types, table_schema_for
@@ -51,15 +49,29 @@ def _refuse_foreign_directory(path: str, store: ObjectStore) -> None:
             "not write its files into it.")
 
 
-def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
-    """Create the table from the DataFrame's schema, or check it against the table's."""
+def described(opts: WriteOptions) -> TableInfo:
+    """The description of the table a write goes to; fails when there is no table."""
+    info = describe_table(opts.path, opts.storage)
+    if info is None:
+        raise MemWalError(f"no Lance table at {opts.path}: write to it through "
+                          "df.write.format('memwal') first (it creates the table), or check the "
+                          "path")
+    return info
+
+
+def prepare_table_info(opts: WriteOptions, spark_schema: StructType) -> TableInfo:
+    """Create the table from the DataFrame's schema, or check it against the table's.
+
+    Returns the table's description (its schema, field ids, sharding spec).
+    """
     if opts.delete:
         return prepare_delete(opts, spark_schema)
     incoming = table_schema_for(spark_schema)
     store = check_store(opts.path, opts.storage)
-    if table_exists(opts.path, opts.storage):
+    info = describe_table(opts.path, opts.storage, store=store)
+    if info is not None:
         # Compaction's hidden key (tables without a primary key) is never written.
-        table = without_row_key(open_table(opts.path, opts.storage).schema)
+        table = without_row_key(info.schema)
         problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table))
         if problem:
             raise ConfigError(f"DataFrame does not match the table at {opts.path}: {problem}")
@@ -67,11 +79,17 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
         if opts.primary_key and opts.primary_key != existing_pk:
             raise ConfigError(f"option 'primary_key' is {list(opts.primary_key)} but the table at "
                               f"{opts.path} has primary key {list(existing_pk)}")
-        return table
+        return info
     if not opts.create_table:
         raise ConfigError(f"no Lance table at {opts.path} and option 'create_table' is false")
     _refuse_foreign_directory(opts.path, store)
     check_key_types(incoming, opts.primary_key)
     created = sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
-                                    opts.shard_by).schema
-    return without_row_key(created)  # a table without a primary key is created with it
+                                    opts.shard_by)
+    return describe_created(opts.path, opts.storage, created, store=store)
+
+
+def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
+    """:func:`prepare_table_info`'s schema, as writers take it: a table without a primary
+    key is created with compaction's hidden row key, which writers never send."""
+    return without_row_key(prepare_table_info(opts, spark_schema).schema)

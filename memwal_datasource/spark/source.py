@@ -27,10 +27,11 @@ from ..errors import ConfigError, MemWalError, without_native_locations
 from ..format import MEM_WAL_DIR
 from ..options import scrub_url
 from ..store import ObjectStore, open_store
-from ..table import open_table, without_row_key
+from ..table import without_row_key
+from ..table_info import TableInfo, describe_table
 from .interpreter import check_python_workers
 from .options import ReadOptions, WriteOptions
-from .prepare import check_store, prepare_table
+from .prepare import check_store, prepare_table, prepare_table_info
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
 from .schema import conformed
 from .stream import MemWalStreamReader, refuse_unsupported
@@ -183,27 +184,29 @@ def checkpoint_query_id(location: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, canonical))
 
 
-def open_for_read(path: str, storage: dict[str, str]):
-    """The Lance dataset to read, with errors that say what to do.
+def open_for_read(path: str, storage: dict[str, str]) -> TableInfo:
+    """The description of the table to read (:mod:`memwal_datasource.table_info`: no
+    pylance where a writer kept it), with errors that say what to do.
 
     The store is checked first, so rejected or missing S3 credentials are
     reported as such, not as a missing table.
     """
-    check_store(path, storage)
+    store = check_store(path, storage)
     try:
-        return open_table(path, storage)
+        # A read writes nothing into the table: it only uses what writers kept.
+        info = describe_table(path, storage, store=store, remember=False)
     except MemWalError as exc:
-        text = without_native_locations(str(exc))
-        if "was not found" in text:
-            raise ConfigError(
-                f"no memwal table at {path}: write to it first (df.write.format('memwal')"
-                f".save('{path}') creates it), or check the path") from None
-        raise MemWalError(text) from None
+        raise MemWalError(without_native_locations(str(exc))) from None
+    if info is None:
+        raise ConfigError(
+            f"no memwal table at {path}: write to it first (df.write.format('memwal')"
+            f".save('{path}') creates it), or check the path")
+    return info
 
 
-def refuse_without_mem_wal(path: str, storage: dict[str, str], ds) -> None:
+def refuse_without_mem_wal(path: str, storage: dict[str, str], table: TableInfo) -> None:
     """A WAL-tail read of a plain Lance table (no MemWAL) fails instead of returning 0 rows."""
-    if ds.mem_wal_index_details() is not None:
+    if table.has_mem_wal:
         return
     if set(open_store(path, storage).list_dirs("")) & {MEM_WAL_DIR, COMMITS_DIR}:
         return
@@ -224,42 +227,43 @@ class MemWalDataSource(DataSource):
         check_python_workers()
         return "memwal"
 
-    def _read_opts(self) -> tuple[ReadOptions, pa.Schema]:
+    def _read_opts(self) -> tuple[ReadOptions, pa.Schema, TableInfo]:
         opts = ReadOptions.parse(dict(self.options))
-        table = without_row_key(open_for_read(opts.path, opts.storage).schema)
+        info = open_for_read(opts.path, opts.storage)
+        table = without_row_key(info.schema)
         if opts.metadata_columns:
             taken = [f.name for f in METADATA_FIELDS if f.name != TOMBSTONE
                      and f.name in table.names]
             if taken:
                 raise ConfigError(f"option 'metadata_columns' adds column(s) {taken}, which the "
                                   f"table at {opts.path} already has; read without it")
-        return opts, table
+        return opts, table, info
 
     @settled
     @without_native_paths
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        opts, table = self._read_opts()
+        opts, table, _ = self._read_opts()
         return from_arrow_schema(output_schema(table, opts.metadata_columns))
 
     @settled
     @without_native_paths
     def reader(self, schema: StructType) -> MemWalBatchReader:
-        opts, table = self._read_opts()
+        opts, table, info = self._read_opts()
         if opts.stream_start is not None:
             name = next(k for k in ("starting_commit", "starting_timestamp")
                         if k in {o.lower() for o in dict(self.options)})
             raise ConfigError(f"option '{name}' applies to spark.readStream only; a batch read "
                               "takes 'starting_positions' / 'ending_positions' per shard")
         if opts.view == "tail":
-            refuse_without_mem_wal(opts.path, opts.storage, open_table(opts.path, opts.storage))
+            refuse_without_mem_wal(opts.path, opts.storage, info)
         return MemWalBatchReader(opts, table)
 
     @settled
     @without_native_paths
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802
-        opts, table = self._read_opts()
+        opts, table, _ = self._read_opts()
         refuse_unsupported(opts)
         return MemWalStreamReader(opts, table)
 
@@ -267,7 +271,8 @@ class MemWalDataSource(DataSource):
     @without_native_paths
     def writer(self, schema: StructType, overwrite: bool) -> MemWalBatchWriter:
         opts = WriteOptions.parse(dict(self.options))
-        return SparkBatchWriter(opts, prepare_table(opts, schema), overwrite)
+        table = prepare_table_info(opts, schema)
+        return SparkBatchWriter(opts, without_row_key(table.schema), overwrite, table=table)
 
     @settled
     @without_native_paths
@@ -284,7 +289,9 @@ class MemWalDataSource(DataSource):
         elif location:
             mark = StreamMark(query_id, location)
         opts = WriteOptions.parse(raw)
-        writer = SparkStreamWriter(opts, prepare_table(opts, schema), overwrite, query_id)
+        table = prepare_table_info(opts, schema)
+        writer = SparkStreamWriter(opts, without_row_key(table.schema), overwrite, query_id,
+                                   table=table)
         if mark is not None:
             # Spark plans a writer per micro-batch: the mark is renewed (and checked) each time.
             mark.renew(open_store(opts.path, opts.storage))

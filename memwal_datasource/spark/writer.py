@@ -41,12 +41,14 @@ from ..commit import (
 )
 from ..errors import ConfigError
 from ..leases import HeldLease, Holder, Leases, NoFreeShard
-from ..sharding import check_requested, table_sharding
+from ..sharding import check_requested
 from ..store import open_store
-from ..table import open_table, primary_key_of
+from ..table import primary_key_of
+from ..table_info import TableInfo
 from ..writer import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
+from .prepare import described
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
 from .worker_heap import settled
 
@@ -334,10 +336,12 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
                                lease_s=pool.lease_s)
 
 
-def prepare_writer_options(opts: WriteOptions, schema: pa.Schema) -> WriteOptions:
-    """Driver: checks that need the table, and its sharding spec for the tasks.
+def prepare_writer_options(opts: WriteOptions, schema: pa.Schema,
+                           table: TableInfo | None = None) -> WriteOptions:
+    """Driver: checks that need the table, and what tasks need of it (sharding, field ids).
 
-    ``schema`` is the table's (after :func:`~memwal_datasource.spark.source.prepare_table`).
+    ``schema`` is the table's (after :func:`~memwal_datasource.spark.prepare.prepare_table`);
+    ``table`` its description, read here when not given (:mod:`memwal_datasource.table_info`).
     """
     pk = primary_key_of(schema)
     opts = opts.with_table_key(bool(pk))
@@ -351,12 +355,13 @@ def prepare_writer_options(opts: WriteOptions, schema: pa.Schema) -> WriteOption
         if not pk:
             raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
                               f"{opts.path} has none: deletes are markers for keys")
-    sharding = table_sharding(open_table(opts.path, opts.storage))
+    table = table or described(opts)
+    sharding = table.sharding(opts.path, opts.storage)
     check_requested(sharding, opts.shard_by, opts.path)
     if sharding is not None and opts.num_shards:
         raise ConfigError(f"option 'num_shards' does not apply: the table at {opts.path} is "
                           f"sharded by {sharding.describe()}, which decides the shards")
-    return replace(opts, sharding=sharding)
+    return replace(opts, sharding=sharding, field_ids=table.field_ids)
 
 
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
@@ -418,8 +423,9 @@ def _record_of(opts: WriteOptions, job_id: str) -> CommitRecord | None:
 class MemWalBatchWriter(DataSourceArrowWriter):
     """``df.write.format("memwal")``: tasks write shards, the driver commits once."""
 
-    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool):
-        self.opts = prepare_writer_options(opts, schema)
+    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool,
+                 table: TableInfo | None = None):
+        self.opts = prepare_writer_options(opts, schema, table)
         self.schema = schema
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
@@ -458,8 +464,9 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
     crash finds its record and is not committed twice.
     """
 
-    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool, query_id: str):
-        self.opts = prepare_writer_options(opts, schema)
+    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool, query_id: str,
+                 table: TableInfo | None = None):
+        self.opts = prepare_writer_options(opts, schema, table)
         self.schema = schema
         self.overwrite = overwrite
         self.query_id = query_id
