@@ -9,6 +9,8 @@ the table or to describe a version nobody described yet.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
@@ -16,6 +18,7 @@ from .. import sharding
 from ..commit import COMMITS_DIR
 from ..errors import ConfigError, MemWalError
 from ..format import MEM_WAL_DIR
+from ..sharding import check_requested
 from ..store import ObjectStore, open_store
 from ..table import data_schema, primary_key_of, schema_mismatch, without_row_key
 from ..table_info import TableInfo, describe_created, describe_table
@@ -93,3 +96,31 @@ def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:
     """:func:`prepare_table_info`'s schema, as writers take it: a table without a primary
     key is created with compaction's hidden row key, which writers never send."""
     return without_row_key(prepare_table_info(opts, spark_schema).schema)
+
+
+def prepare_writer_options(opts: WriteOptions, schema: pa.Schema,
+                           table: TableInfo | None = None) -> WriteOptions:
+    """Driver: checks that need the table, and what tasks need of it (sharding, field ids).
+
+    ``schema`` is the table's (after :func:`prepare_table`);
+    ``table`` its description, read here when not given (:mod:`memwal_datasource.table_info`).
+    """
+    pk = primary_key_of(schema)
+    opts = opts.with_table_key(bool(pk))
+    if opts.config.enable_memtable and not pk:
+        raise ConfigError(
+            f"option 'enable_memtable' is true but the table at {opts.path} has no "
+            "primary key: Lance's LSM reads (LsmScanner, point lookups) and MemTable replay are "
+            "exactly once only as upserts by key. Set option 'primary_key' when creating the "
+            "table, or write with enable_memtable=false (the default without a primary key)")
+    if opts.delete:
+        if not pk:
+            raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
+                              f"{opts.path} has none: deletes are markers for keys")
+    table = table or described(opts)
+    sharding = table.sharding(opts.path, opts.storage)
+    check_requested(sharding, opts.shard_by, opts.path)
+    if sharding is not None and opts.num_shards:
+        raise ConfigError(f"option 'num_shards' does not apply: the table at {opts.path} is "
+                          f"sharded by {sharding.describe()}, which decides the shards")
+    return replace(opts, sharding=sharding, field_ids=table.field_ids)

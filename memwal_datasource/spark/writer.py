@@ -39,16 +39,13 @@ from ..commit import (
     Txn,
     stream_app_id,
 )
-from ..errors import ConfigError
 from ..leases import HeldLease, Holder, Leases, NoFreeShard
-from ..sharding import check_requested
 from ..store import open_store
-from ..table import primary_key_of
 from ..table_info import TableInfo
 from ..writer import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
-from .prepare import described
+from .prepare import prepare_writer_options
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
 from .worker_heap import settled
 
@@ -334,34 +331,6 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
                                list(s.sstables), open_s=setup_s, write_s=t1 - t0 - setup_s,
                                close_s=time.perf_counter() - t1, started=started,
                                lease_s=pool.lease_s)
-
-
-def prepare_writer_options(opts: WriteOptions, schema: pa.Schema,
-                           table: TableInfo | None = None) -> WriteOptions:
-    """Driver: checks that need the table, and what tasks need of it (sharding, field ids).
-
-    ``schema`` is the table's (after :func:`~memwal_datasource.spark.prepare.prepare_table`);
-    ``table`` its description, read here when not given (:mod:`memwal_datasource.table_info`).
-    """
-    pk = primary_key_of(schema)
-    opts = opts.with_table_key(bool(pk))
-    if opts.config.enable_memtable and not pk:
-        raise ConfigError(
-            f"option 'enable_memtable' is true but the table at {opts.path} has no "
-            "primary key: Lance's LSM reads (LsmScanner, point lookups) and MemTable replay are "
-            "exactly once only as upserts by key. Set option 'primary_key' when creating the "
-            "table, or write with enable_memtable=false (the default without a primary key)")
-    if opts.delete:
-        if not pk:
-            raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
-                              f"{opts.path} has none: deletes are markers for keys")
-    table = table or described(opts)
-    sharding = table.sharding(opts.path, opts.storage)
-    check_requested(sharding, opts.shard_by, opts.path)
-    if sharding is not None and opts.num_shards:
-        raise ConfigError(f"option 'num_shards' does not apply: the table at {opts.path} is "
-                          f"sharded by {sharding.describe()}, which decides the shards")
-    return replace(opts, sharding=sharding, field_ids=table.field_ids)
 
 
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
