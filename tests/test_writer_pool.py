@@ -28,7 +28,8 @@ def kept_writer(location, job: str) -> tuple[KeptWriter, Leases]:
     leases = Leases(store)
     shard = str(uuid.uuid4())
     held = leases.hold(leases.acquire(shard, Holder(job, 0)))
-    writer = open_shard_writer(uri, shard, SCHEMA, ShardWriterConfig(enable_memtable=False), storage_options=opts)
+    writer = open_shard_writer(uri, shard, SCHEMA, ShardWriterConfig(enable_memtable=False),
+                               storage_options=opts)
     writer.put(pa.table({"id": [1, 2]}))
     writer.flush()
     return KeptWriter(shard, writer, held), leases

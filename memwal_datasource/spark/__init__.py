@@ -1,7 +1,33 @@
-"""Spark glue: the ``memwal`` data source (thin layer over the Spark-free core)."""
+"""Spark glue: the ``memwal`` data source (thin layer over the Spark-free core).
 
-from .compact import compact
-from .routing import partition_for_table
-from .source import MemWalDataSource
+Names are loaded on first use (PEP 562): Spark's Python workers import this
+package to unpickle a writer or reader, and should not pay for the
+compaction job's or the router's modules.
+"""
 
-__all__ = ["MemWalDataSource", "compact", "partition_for_table"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Public name -> the submodule that defines it.
+_EXPORTS = {
+    "MemWalDataSource": "source",
+    "compact": "compaction",
+    "partition_for_table": "routing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

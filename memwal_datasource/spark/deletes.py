@@ -10,9 +10,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..errors import ConfigError
-from ..sharding import table_sharding
-from ..table import TOMBSTONE, open_table, primary_key_of, table_exists
+from ..table import TOMBSTONE, primary_key_of, same_logical_type
+from ..table_info import TableInfo, describe_table
 from .options import WriteOptions
+from .schema import table_schema_for
 
 
 def placeholder(t: pa.DataType, n: int) -> pa.Array:
@@ -63,28 +64,25 @@ def tombstone_schema(table: pa.Schema) -> pa.Schema:
     return table.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
 
 
-def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
-    """Driver checks of ``operation=delete``; returns the table's schema.
+def prepare_delete(opts: WriteOptions, spark_schema) -> TableInfo:
+    """Driver checks of ``operation=delete``; returns the table's description.
 
     The DataFrame must carry the primary-key columns (and the sharding
     column, if the table is sharded by another one), with the table's types;
     its other columns are ignored. Delete markers hold nulls in the table's
     other columns (zero values in non-nullable ones).
     """
-    from .source import table_schema_for
-
-    if not table_exists(opts.path, opts.storage):
+    info = describe_table(opts.path, opts.storage)
+    if info is None:
         raise ConfigError(f"option 'operation=delete': there is no table at {opts.path} to "
                           "delete from")
-    table = open_table(opts.path, opts.storage)
-    schema = table.schema
+    schema = info.schema
     pk = primary_key_of(schema)
     if not pk:
         raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
                           f"{opts.path} has none: deletes are markers for keys")
     incoming = table_schema_for(spark_schema)
-    sharding = table_sharding(table)
-    by = sharding.columns if sharding else ()
+    by = info.sharding_columns
     need = list(pk) + [c for c in by if c not in pk]
     missing = [c for c in need if c not in incoming.names]
     if missing:
@@ -105,12 +103,10 @@ def prepare_delete(opts: WriteOptions, spark_schema) -> pa.Schema:
                     f"option 'operation=delete': column '{f.name}' of the table at {opts.path} "
                     f"is a non-nullable {f.type}; a delete marker must hold a value there and "
                     "this type has no zero value to use") from None
-    return schema
+    return info
 
 
 def _castable(got: pa.DataType, want: pa.DataType) -> bool:
-    from ..table import same_logical_type
-
     if same_logical_type(got, want):
         return True
     return pa.types.is_timestamp(got) and pa.types.is_timestamp(want) and got.unit == want.unit

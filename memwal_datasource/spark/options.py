@@ -16,6 +16,7 @@ from datetime import datetime
 from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
+from ..format import FieldId
 from ..leases import DEFAULT_TTL_S
 from ..native import check_native_config
 from ..options import normalize, redact
@@ -113,6 +114,8 @@ class WriteOptions:
     shard_by: ShardingRequest | None = None
     # The table's sharding spec, resolved on the driver once the table exists.
     sharding: Sharding | None = None
+    # The table's Lance field ids, resolved with it: tasks then never open the table.
+    field_ids: Mapping[str, FieldId] | None = field(default=None, repr=False)
     lease_wait_s: float = DEFAULT_LEASE_WAIT_S
     lease_ttl_s: float = DEFAULT_TTL_S
     # A first attempt may continue a writer its Python worker kept (writer_pool).

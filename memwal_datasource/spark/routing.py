@@ -17,7 +17,8 @@ import pyarrow as pa
 
 from ..sharding import BUCKET, IDENTITY, Sharding, table_sharding
 from ..table import open_table, table_exists
-from .options import STORAGE_PREFIX, storage_options, table_path
+from .options import STORAGE_PREFIX, WriteOptions, storage_options, table_path
+from .prepare import prepare_table
 
 # The column partition_for_table adds (and drops again) to repartition on.
 SHARD_COLUMN = "__memwal_sharding_value"
@@ -129,9 +130,6 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
 def _create_like_write(df, uri: str, storage: Mapping[str, str],
                        create_options: Mapping[str, str]) -> None:
     """Create the table at ``uri`` as ``df.write`` with ``create_options`` would."""
-    from .options import WriteOptions
-    from .source import prepare_table
-
     options = {**{f"{STORAGE_PREFIX}{k}": v for k, v in storage.items()}, **create_options,
                "path": uri}
     prepare_table(WriteOptions.parse(options), df.schema)

@@ -103,7 +103,8 @@ def open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,
     """
     if opts.sharding is not None:
         initialize_shard(open_store(opts.path, opts.storage), opts.sharding, shard_id, value)
-    return open_shard_writer(opts.path, shard_id, schema, opts.config, opts.storage)
+    return open_shard_writer(opts.path, shard_id, schema, opts.config, opts.storage,
+                             field_ids=opts.field_ids)
 
 
 def stagger(shards, partition: int) -> list[str]:

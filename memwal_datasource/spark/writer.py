@@ -39,16 +39,17 @@ from ..commit import (
     Txn,
     stream_app_id,
 )
-from ..errors import ConfigError
 from ..leases import HeldLease, Holder, Leases, NoFreeShard
 from ..rehome import DRIVER_PARTITION, Rehomer
-from ..sharding import check_requested, table_sharding
 from ..store import open_store
-from ..table import TableView, open_table, primary_key_of
+from ..table import TableView
+from ..table_info import TableInfo
 from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
+from .prepare import prepare_writer_options
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
+from .worker_heap import settled
 
 __all__ = ["MemWalBatchWriter", "MemWalCommitMessage", "MemWalStreamWriter", "ShardResult",
            "TaskJob", "commit_job", "write_task"]
@@ -334,31 +335,6 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
                                lease_s=pool.lease_s)
 
 
-def prepare_writer_options(opts: WriteOptions, schema: pa.Schema) -> WriteOptions:
-    """Driver: checks that need the table, and its sharding spec for the tasks.
-
-    ``schema`` is the table's (after :func:`~memwal_datasource.spark.source.prepare_table`).
-    """
-    pk = primary_key_of(schema)
-    opts = opts.with_table_key(bool(pk))
-    if opts.config.enable_memtable and not pk:
-        raise ConfigError(
-            f"option 'enable_memtable' is true but the table at {opts.path} has no "
-            "primary key: Lance's LSM reads (LsmScanner, point lookups) and MemTable replay are "
-            "exactly once only as upserts by key. Set option 'primary_key' when creating the "
-            "table, or write with enable_memtable=false (the default without a primary key)")
-    if opts.delete:
-        if not pk:
-            raise ConfigError(f"option 'operation=delete' needs a primary key, and the table at "
-                              f"{opts.path} has none: deletes are markers for keys")
-    sharding = table_sharding(open_table(opts.path, opts.storage))
-    check_requested(sharding, opts.shard_by, opts.path)
-    if sharding is not None and opts.num_shards:
-        raise ConfigError(f"option 'num_shards' does not apply: the table at {opts.path} is "
-                          f"sharded by {sharding.describe()}, which decides the shards")
-    return replace(opts, sharding=sharding)
-
-
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
                query_id: str | None = None, batch_id: int | None = None,
                txn: Txn | None = None, job_label: str | None = None) -> CommitRecord | None:
@@ -427,8 +403,9 @@ def _record_of(opts: WriteOptions, job_id: str) -> CommitRecord | None:
 class MemWalBatchWriter(DataSourceArrowWriter):
     """``df.write.format("memwal")``: tasks write shards, the driver commits once."""
 
-    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool):
-        self.opts = prepare_writer_options(opts, schema)
+    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool,
+                 table: TableInfo | None = None):
+        self.opts = prepare_writer_options(opts, schema, table)
         self.schema = schema
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
@@ -438,14 +415,17 @@ class MemWalBatchWriter(DataSourceArrowWriter):
         self.job = TaskJob(self.job_id, f"job {self.job_id} from {socket.gethostname()}",
                            int(self.started * 1000))
 
+    @settled
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return write_task(self.opts, self.schema, iterator, self.job)
 
+    @settled
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
                                       self.job_id, self.started, txn=self.opts.txn,
                                       job_label=self.job.label)
 
+    @settled
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
         # Spark also aborts when the commit worker died after the record landed.
@@ -465,13 +445,15 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
     crash finds its record and is not committed twice.
     """
 
-    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool, query_id: str):
-        self.opts = prepare_writer_options(opts, schema)
+    def __init__(self, opts: WriteOptions, schema: pa.Schema, overwrite: bool, query_id: str,
+                 table: TableInfo | None = None):
+        self.opts = prepare_writer_options(opts, schema, table)
         self.schema = schema
         self.overwrite = overwrite
         self.query_id = query_id
         self.started = time.time()
 
+    @settled
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
         return write_task(self.opts, self.schema, iterator, self.task_job())
 
@@ -492,6 +474,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         return TaskJob(f"{self.query_id}:{batch}", f"stream {self.query_id} batch {batch}",
                        int(self.started * 1000))
 
+    @settled
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         # The key makes a batch Spark replays after a crash (or a record whose
         # acknowledgement was lost) commit once, checked against the whole log.
@@ -500,6 +483,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
                    txn=Txn(stream_app_id(self.query_id), batchId),
                    job_label=f"stream {self.query_id} batch {batchId}")
 
+    @settled
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         log.warning("memwal stream %s batch %d aborted; nothing committed", self.query_id,
                     batchId)

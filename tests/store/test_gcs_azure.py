@@ -15,7 +15,7 @@ from memwal_datasource.errors import (
     StoreNotFoundError,
     TransientStoreError,
 )
-from memwal_datasource.spark.source import _check_store
+from memwal_datasource.spark.prepare import check_store
 from memwal_datasource.store import open_store, put_resolved
 from memwal_datasource.store.azure import AzureStore
 from memwal_datasource.store.gcs import GCSStore
@@ -101,7 +101,7 @@ def test_missing_bucket_or_container(gcs_emulator, azure_emulator):
         with pytest.raises(StoreNotFoundError):
             store.check_bucket()
         with pytest.raises(StoreNotFoundError):  # what a Spark write checks on the driver
-            _check_store(uri, opts)
+            check_store(uri, opts)
 
 
 def test_azure_bad_key_is_an_auth_error_without_the_key(azure_emulator):

@@ -1,0 +1,129 @@
+"""Table descriptions read through our store (memwal_datasource.table_info)."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+
+import pyarrow as pa
+import pytest
+
+from memwal_datasource import table_info
+from memwal_datasource.sharding import create_table, table_sharding
+from memwal_datasource.store import open_store
+from memwal_datasource.table import open_table
+from memwal_datasource.table_info import (
+    INFO_DIR,
+    KEEP_INFOS,
+    TableInfo,
+    TableSharding,
+    describe_table,
+    info_key,
+    keep,
+    lance_table_exists,
+    latest_manifest,
+    manifest_version,
+)
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()),
+                    ("s", pa.struct([("a", pa.int32())]))])
+
+
+@pytest.fixture(autouse=True)
+def _no_process_cache():
+    table_info._cache.clear()
+    table_info._schemas.clear()
+    yield
+    table_info._cache.clear()
+    table_info._schemas.clear()
+
+
+def test_manifest_names_as_pylance_14_writes_them():
+    u64 = (1 << 64) - 1
+    assert manifest_version(f"_versions/{u64 - 7:020d}.manifest") == 7  # V2 names
+    assert manifest_version("_versions/7.manifest") == 7  # V1 names
+    for other in ("_versions/latest_version_hint.json", "_versions/d12.manifest",
+                  "_versions/.tmp_x.manifest", "_versions/3.manifest-tmp"):
+        assert manifest_version(other) is None
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_existence_and_latest_version_come_from_the_store(location):
+    uri, storage = location
+    store = open_store(uri, storage)
+    assert not lance_table_exists(store) and latest_manifest(store) is None
+    assert describe_table(uri, storage) is None
+    ds = create_table(uri, SCHEMA, ("id",), storage, None)
+    assert lance_table_exists(store)
+    assert latest_manifest(store)[0] == ds.version
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_description_is_kept_and_equals_what_pylance_reads(location):
+    uri, storage = location
+    ds = create_table(uri, SCHEMA, ("id",), storage, None)
+    store = open_store(uri, storage)
+    info = describe_table(uri, storage)
+    assert store.exists(info_key(ds.version))
+    table_info._cache.clear()
+    kept = describe_table(uri, storage)  # read back from _memwal_tables/
+    for d in (info, kept):
+        assert d.version == ds.version
+        assert d.schema.equals(ds.schema, check_metadata=True)
+        assert d.field_ids == table_info.field_ids(ds)
+        assert d.has_mem_wal
+        expected = table_sharding(ds)
+        got = d.sharding(uri, storage)
+        assert (got.spec, got.columns, got.recorded) == (expected.spec, expected.columns, True)
+
+
+def test_a_table_made_anew_at_the_same_path_is_not_taken_for_the_old_one(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    create_table(uri, SCHEMA, ("id",), None, None)
+    old = describe_table(uri)
+    shutil.rmtree(tmp_path / "t.lance" / "_versions")  # the Lance table is gone ...
+    shutil.rmtree(tmp_path / "t.lance" / "data", ignore_errors=True)
+    other = pa.schema([("key", pa.string()), ("n", pa.float64())])
+    create_table(uri, other, ("key",), None, None)  # ... and another one has its versions
+    new = describe_table(uri)
+    assert new.version == old.version
+    assert new.schema.names == ["key", "n"]
+
+
+def test_a_damaged_description_is_described_again(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = create_table(uri, SCHEMA, (), None, None)
+    store = open_store(uri, None)
+    store.put(info_key(ds.version), b"{not json")
+    info = describe_table(uri)
+    assert info.schema.equals(ds.schema)
+    assert TableInfo.from_json(store.get(info_key(ds.version))).version == ds.version
+
+
+def test_only_the_newest_descriptions_are_kept(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = create_table(uri, SCHEMA, (), None, None)
+    store = open_store(uri, None)
+    base = TableInfo.of_dataset(ds)
+    for v in range(1, 11):
+        keep(store, TableInfo(v, base.schema, base.field_ids))
+    assert sorted(store.list(f"{INFO_DIR}/")) == [info_key(v) for v in
+                                                  range(11 - KEEP_INFOS, 11)]
+
+
+def test_a_described_sharding_opens_the_table_only_to_route_rows(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = create_table(uri, SCHEMA, ("id",), None, None)
+    sharding = describe_table(uri).sharding(uri)
+    assert isinstance(sharding, TableSharding) and sharding.lance_schema is None
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(range(50), pa.int64()), pa.array([str(i) for i in range(50)]),
+         pa.array([{"a": i} for i in range(50)], SCHEMA.field("s").type)], schema=SCHEMA)
+    expected = table_sharding(open_table(uri))
+    assert sharding.values(batch).equals(expected.values(batch))
+    assert sharding.route(batch).keys() == expected.route(batch).keys()
+    assert sharding.lance_schema is not None  # opened once, to evaluate the spec
+    shipped = pickle.loads(pickle.dumps(sharding))
+    assert shipped.lance_schema is None  # a pickled copy carries no pylance object
+    assert shipped.values(batch).equals(expected.values(batch))
+    assert ds.version == sharding.version
