@@ -47,7 +47,7 @@ compactor that wakes up after another one committed its round gets Lance's
 "Stale SSTable compaction" refusal and commits nothing.
 
 The pieces (:func:`next_round`, :func:`round_ranges`, :func:`fold_rows`,
-:func:`commit_round`) are public so that :mod:`memwal_datasource.spark.compact`
+:func:`commit_round`) are public so that :func:`memwal_datasource.spark.compact`
 can read a round's WAL entries in Spark tasks and commit on the driver.
 """
 

@@ -75,6 +75,12 @@ __all__ = [
 
 # --- names and keys ---------------------------------------------------------
 
+
+def all_false(n: int) -> pa.Array:
+    """``n`` false booleans, built from a zeroed bitmap: ``pa.repeat(False, n)`` makes
+    pyarrow import pandas (it converts a Python value), which a Spark task never needs."""
+    return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(bytes((n + 7) // 8))])
+
 def bit_reversed_name(n: int) -> str:
     """The 64-character bit-reversed binary name of ``n`` (1-based numbers)."""
     if not 1 <= n <= _MAX_U64:
@@ -212,7 +218,7 @@ def entry_columns(batch: pa.RecordBatch, schema: pa.Schema,
         else:
             cols.append(_relabel(batch.column(i), f.type))
     t = batch.schema.get_field_index(TOMBSTONE)
-    cols.append(batch.column(t) if t >= 0 else pa.repeat(False, n))
+    cols.append(batch.column(t) if t >= 0 else all_false(n))
     return cols
 
 
@@ -271,7 +277,7 @@ def _as_entry_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     cols = batch.columns
     if (len(cols) + 1 == len(schema) and schema.names[-1] == TOMBSTONE
             and TOMBSTONE not in batch.schema.names):
-        cols = [*cols, pa.repeat(False, batch.num_rows)]
+        cols = [*cols, all_false(batch.num_rows)]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
