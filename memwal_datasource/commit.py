@@ -83,8 +83,8 @@ COMMIT_DEADLINE_S = 10.0
 # Group commit (docs/protocol.md): others' intents older than this are never taken; a
 # follower takes over from a leader silent this long; followers poll the tip this often.
 INTENT_MAX_AGE_S = COMMIT_DEADLINE_S
-LEADER_WAIT_S = 0.5
-POLL_S = 0.002
+LEADER_WAIT_S = 2.0
+POLL_S, POLL_MAX_S = 0.002, 0.025
 # Record PUTs of this process that lost their number to another commit (benchmarks read it).
 LOST_RACES = 0
 
@@ -269,8 +269,10 @@ class CommitLog(CommitLogReader):
 
     def _await_record(self, seq: int, until: float) -> None:
         """Wait (reading, not writing) for record ``seq`` to appear, or until ``until``."""
+        delay = POLL_S
         while time.monotonic() < until and not self.store.exists(record_key(seq)):
-            time.sleep(POLL_S)
+            time.sleep(delay)
+            delay = min(delay * 1.5, POLL_MAX_S)  # many followers must not flood the store
 
     def _holder(self, intent: Intent, upto: int) -> tuple | None:
         """The record among ``intent.after + 1 .. upto`` holding ``intent``, as ``(record,
