@@ -26,7 +26,7 @@ def options(scope: str | None, as_markdown: bool, as_json: bool) -> None:
     Spark lower-cases option names, so any case works. Storage options are
     passed as storage.<name> with Lance's names (e.g. storage.aws_endpoint).
     """
-    # Imported here: memwal_datasource.spark imports pyspark, which no other command needs.
+    # Imported here: only this command needs the Spark layer's option table.
     from ..spark import option_table
 
     if as_markdown and (as_json or scope is not None):

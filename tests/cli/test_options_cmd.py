@@ -104,8 +104,9 @@ def test_markdown_takes_no_other_output_option(extra):
     one_line_error(invoke("options", "--markdown", *extra), EXIT_USAGE, "--markdown")
 
 
-def test_only_the_options_command_imports_pyspark(tmp_path):
-    """Other commands stay as fast to start as before: the option table is imported lazily."""
+def test_only_the_options_command_imports_the_option_table(tmp_path):
+    """Other commands stay as fast to start as before: the option table is imported lazily,
+    and (the spark package being lazy too) even the options command needs no pyspark."""
     code = f"""
 import sys
 from click.testing import CliRunner
@@ -113,8 +114,9 @@ from memwal_datasource.cli import main
 for args in (["--help"], ["shards", {str(tmp_path)!r}], ["options", "--help"]):
     CliRunner().invoke(main, args)
     assert "pyspark" not in sys.modules, args
+    assert "memwal_datasource.spark.option_table" not in sys.modules, args
 CliRunner().invoke(main, ["options", "--json"])
-print("pyspark" in sys.modules)
+print("memwal_datasource.spark.option_table" in sys.modules and "pyspark" not in sys.modules)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
