@@ -326,6 +326,9 @@ def test_stream_tasks_lease_as_their_micro_batch(spark, spark_location, tmp_path
             "id", "cast(id as string) as v").write.mode("append").parquet(src)
     q = (spark.readStream.schema("id long, v string").option("maxFilesPerTrigger", 1)
          .parquet(src).writeStream.format("memwal").option("checkpointLocation", ck)
+         # the release at task end is the rule this checks; kept writers (the default)
+         # keep their lease instead: tests/spark/test_kept_writers.py
+         .option("keep_writers", "false")
          .trigger(availableNow=True).start(uri))
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
@@ -474,7 +477,10 @@ def test_pool_tasks_lease_around_other_jobs_and_wait_with_num_shards(tmp_path):
     uri = str(tmp_path / "t.lance")
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
     table = without_row_key(create_table(uri, schema).schema)
-    opts = MemWalBatchWriter(WriteOptions.parse({"path": uri}), table, False).opts
+    # Leases released at task end are the rule here; kept writers (the default) keep
+    # theirs: tests/spark/test_kept_writers.py and tests/test_writer_pool.py.
+    opts = MemWalBatchWriter(WriteOptions.parse({"path": uri, "keep_writers": "false"}),
+                             table, False).opts
     assert opts.config.enable_memtable is False  # no primary key: WAL-only by default
     batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", "b"])], schema=schema)
     leases = Leases(open_store(uri, {}))
@@ -485,8 +491,8 @@ def test_pool_tasks_lease_around_other_jobs_and_wait_with_num_shards(tmp_path):
     msg = write_task(opts, table, iter([batch]))
     assert msg.shard_id == opts.shard_for(1)  # the next free slot, at once
     assert leases.current(opts.shard_for(1)).released
-    one = WriteOptions.parse({"path": uri, "num_shards": "1", "lease_wait_s": "0"}
-                             ).with_table_key(False)
+    one = WriteOptions.parse({"path": uri, "num_shards": "1", "lease_wait_s": "0",
+                              "keep_writers": "false"}).with_table_key(False)
     with pytest.raises(NoFreeShard, match=r"job other.*Option 'num_shards' is 1: at most 1 "
                                           r"task\(s\) write writer group 'default'"):
         write_task(one, table, iter([batch]))
