@@ -99,11 +99,12 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                       "rows": h.rows(comp, [("appends_s", "{:.1f}"), ("p50_ms", "{:.0f}"),
                                             ("p99_ms", "{:.0f}"), ("cpu_s_per_append", "{:.3f}"),
                                             ("lost_races_per_append", "{:.2f}")])},
-            "targets": [h.target("memwal / Lance append appends/s", rt["appends_s"], 1.0),
-                        h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.2,
+            "targets": [h.target("memwal / Lance append appends/s", rt["appends_s"], 2.0),
+                        h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.0,
                                  at_most=True),
                         {"what": "memwal's lost put-if-absent races on the commit record per "
-                                 "append (reported)", "met": None,
+                                 "append (goal <= 0.5)",
+                         "met": None if lost is None else lost["median"] <= 0.5,
                          "value": h.cell(lost, "{:.2f}") if lost else "null (no LOST_RACES)"},
                         {"what": "store calls and fsyncs per in-process append (reported)",
                          "met": None, "value": ", ".join(f"{k} {v:.1f}" for k, v in
