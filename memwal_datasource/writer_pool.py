@@ -22,11 +22,13 @@ The rules that keep fencing the guarantee:
 * A writer goes back only after a task that **succeeded** made its rows
   durable; a task that failed closes it (its entries stay uncommitted).
 * The writer keeps its shard's lease (renewed in the background), and the
-  lease always says who uses it: the task that takes a kept writer names its
-  job there, and a writer idle for ``mark_idle_s`` is marked idle
-  (``Holder.kept``), so a task of another job never waits for it, or blames a
-  finished job: it takes the shard over, and its claim fences the idle writer
-  (which is then closed when next taken).
+  lease says who holds it: once kept, not the finished job whose task opened
+  it but this process's kept writer (:func:`kept_holder`), so no wait is
+  charged to a finished job and no sibling wait (unbounded) is mistaken for
+  one; a writer idle for ``mark_idle_s`` is marked idle (``Holder.kept``), and
+  a task of another job then takes the shard over at once (its claim fences
+  the idle writer, which is closed when next taken) instead of waiting. Back
+  to back appends therefore write no lease at all.
 * After ``idle_s`` without a task, or ``max_age_s`` after it opened, a kept
   writer is closed: replay position moved past its entries, lease released.
   The age limit is what lets garbage collection (which skips leased shards)
@@ -76,12 +78,20 @@ class KeptWriter:
             self.held.release()
 
 
+def kept_holder(lease_holder: Holder, idle: bool = False) -> Holder:
+    """Who a kept writer's lease names: this process's kept writer, idle or in use."""
+    return Holder(job_id=f"kept-{lease_holder.host}-{lease_holder.pid}", partition=-1,
+                  label=f"{'idle ' if idle else ''}writer kept between tasks",
+                  host=lease_holder.host, pid=lease_holder.pid, kept=idle)
+
+
 class WriterPool:
     """Kept writers of this process, by key (table, writer group, schema, settings)."""
 
     def __init__(self, idle_s: float = DEFAULT_IDLE_S, max_age_s: float = DEFAULT_MAX_AGE_S,
-                 mark_idle_s: float = DEFAULT_MARK_IDLE_S):
+                 mark_idle_s: float = DEFAULT_MARK_IDLE_S, reaper: bool = True):
         self.idle_s = idle_s
+        self.reaper = reaper  # False: the caller calls mark_idle / close_idle (tests)
         self.max_age_s = max_age_s
         self.mark_idle_s = mark_idle_s
         self._kept: dict[Hashable, list[KeptWriter]] = {}
@@ -89,11 +99,11 @@ class WriterPool:
         self._reaper: threading.Thread | None = None
         self._wake = threading.Event()
 
-    def take(self, key: Hashable, holder: Holder | None = None) -> KeptWriter | None:
+    def take(self, key: Hashable) -> KeptWriter | None:
         """A kept writer for ``key`` still holding its lease and its epoch, or ``None``.
 
-        Its lease is relabelled to ``holder`` (the task's job) unless it names
-        that job already; one past ``max_age_s`` is closed instead.
+        A lease marked idle is marked in use again (one lease write); a writer
+        past ``max_age_s`` is closed instead.
         """
         while True:
             with self._lock:
@@ -108,8 +118,8 @@ class WriterPool:
                 candidate.held.check()
                 candidate.writer.check_fence()
                 current = candidate.held.lease.holder
-                if holder is not None and (current.kept or current.job_id != holder.job_id):
-                    candidate.held.relabel(holder)
+                if current.kept:
+                    candidate.held.relabel(kept_holder(current))
                     candidate.idle_marked = False
             except MemWalError as exc:
                 log.info("memwal: not reusing the writer of shard %s: %s", candidate.shard, exc)
@@ -120,34 +130,45 @@ class WriterPool:
     def give(self, key: Hashable, kept: KeptWriter) -> None:
         """Keep ``kept`` (its rows durable) for the next task with the same ``key``."""
         kept.last_used = time.monotonic()
+        current = kept.held.lease.holder
+        if current != kept_holder(current):  # the lease still names the task's job
+            try:
+                kept.held.relabel(kept_holder(current))
+            except MemWalError as exc:  # lost meanwhile: not worth keeping
+                log.info("memwal: not keeping the writer of shard %s: %s", kept.shard, exc)
+                kept.close()
+                return
         with self._lock:
             self._kept.setdefault(key, []).append(kept)
-            if self._reaper is None:
+            if self._reaper is None and self.reaper:
                 self._reaper = threading.Thread(target=self._reap, name="memwal-writer-pool",
                                                 daemon=True)
                 self._reaper.start()
 
     def _reap(self) -> None:
-        while not self._wake.wait(min(self.idle_s, self.mark_idle_s, 1.0)):
+        while not self._wake.wait(max(0.05, min(self.idle_s, self.mark_idle_s, 1.0))):
             self.close_idle(self.idle_s)
             self.mark_idle()
 
     def mark_idle(self) -> int:
         """Mark the leases of writers unused for ``mark_idle_s`` idle; returns how many."""
         now = time.monotonic()
-        with self._lock:
-            due = [k for kept in self._kept.values() for k in kept
-                   if not k.idle_marked and now - k.last_used >= self.mark_idle_s]
-        for kept in due:
-            lease = kept.held.lease
+        due: list[tuple[Hashable, KeptWriter]] = []
+        with self._lock:  # out of the pool while relabelled: no task takes it meanwhile
+            for key, kept in self._kept.items():
+                for k in [k for k in kept
+                          if not k.idle_marked and now - k.last_used >= self.mark_idle_s]:
+                    kept.remove(k)
+                    due.append((key, k))
+        for key, kept in due:
             try:
-                kept.held.relabel(Holder(job_id=f"kept-{lease.holder.host}-{lease.holder.pid}",
-                                         partition=-1, label="idle writer kept between tasks",
-                                         kept=True))
+                kept.held.relabel(kept_holder(kept.held.lease.holder, idle=True))
                 kept.idle_marked = True
             except MemWalError as exc:  # taken over, say: closed when next taken
                 log.info("memwal: could not mark the kept writer of shard %s idle: %s",
                          kept.shard, exc)
+            with self._lock:
+                self._kept.setdefault(key, []).append(kept)
         return len(due)
 
     def close_idle(self, idle_s: float) -> int:

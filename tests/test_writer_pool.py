@@ -35,20 +35,26 @@ def kept_writer(location, job: str) -> tuple[KeptWriter, Leases]:
     return KeptWriter(shard, writer, held), leases
 
 
-def test_a_taken_writer_names_the_job_that_uses_it(location):
-    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=3600)
+def test_a_kept_writers_lease_names_the_kept_writer_not_a_finished_job(location):
+    """Kept, its lease names this process's kept writer (bounded waits for other jobs,
+    never a finished job's); reused back to back, it writes no lease at all."""
+    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=3600, reaper=False)
     kept, leases = kept_writer(location, "job-1")
     pool.give("k", kept)
-    got = pool.take("k", Holder("job-2", 3))
+    holder = leases.current(kept.shard).holder
+    assert holder.job_id.startswith("kept-") and not holder.kept
+    assert holder.label == "writer kept between tasks"
+    generation = leases.current(kept.shard).generation
+    got = pool.take("k")
     assert got is kept
-    assert leases.current(kept.shard).holder.job_id == "job-2"
     got.writer.put(pa.table({"id": [3]}))
     pool.give("k", got)
+    assert leases.current(kept.shard).generation == generation, "no lease write"
     pool.close_all()
 
 
 def test_an_idle_writer_is_taken_over_and_never_reused(location):
-    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=0.0)
+    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=0.0, reaper=False)
     kept, leases = kept_writer(location, "job-1")
     pool.give("k", kept)
     assert pool.mark_idle() == 1
@@ -59,15 +65,26 @@ def test_an_idle_writer_is_taken_over_and_never_reused(location):
     assert other is not None and blocker is None
     newer = open_shard_writer(uri, kept.shard, SCHEMA, ShardWriterConfig(enable_memtable=False),
                               storage_options=opts)  # its claim fences the kept writer
-    assert pool.take("k", Holder("job-2", 0)) is None, "a taken-over writer is closed"
+    assert pool.take("k") is None, "a taken-over writer is closed"
     assert len(pool) == 0
     newer.close()
 
 
 def test_a_writer_past_its_max_age_retires(location):
-    pool = WriterPool(idle_s=3600, max_age_s=0.0, mark_idle_s=3600)
+    pool = WriterPool(idle_s=3600, max_age_s=0.0, mark_idle_s=3600, reaper=False)
     kept, leases = kept_writer(location, "job-1")
     pool.give("k", kept)
-    assert pool.take("k", Holder("job-2", 0)) is None
+    assert pool.take("k") is None
     cur = leases.current(kept.shard)
     assert cur is None or cur.released, "retiring releases the lease (gc may collect it)"
+
+
+def test_an_idle_writer_taken_again_is_marked_in_use(location):
+    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=0.0, reaper=False)
+    kept, leases = kept_writer(location, "job-1")
+    pool.give("k", kept)
+    assert pool.mark_idle() == 1 and leases.current(kept.shard).holder.kept
+    assert pool.take("k") is kept
+    assert not leases.current(kept.shard).holder.kept, "in use: nobody may take it over"
+    pool.give("k", kept)
+    pool.close_all()

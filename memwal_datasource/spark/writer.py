@@ -158,7 +158,7 @@ class _PoolShard:
             self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
                         tuple(sorted(self.opts.storage.items())), schema.to_string(),
                         repr(self.opts.config), self.opts.lease_ttl_s)
-            kept = POOL.take(self.key, self.holder)
+            kept = POOL.take(self.key)
             if kept is not None:
                 self.shard, self.writer, self.held = kept.shard, kept.writer, kept.held
                 self.before = kept.writer.stats()

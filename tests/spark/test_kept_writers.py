@@ -117,10 +117,11 @@ def test_a_failed_task_does_not_give_its_writer_back(tmp_path):
     assert third.rows == 1
 
 
-def test_without_the_option_every_task_releases_and_claims_anew(tmp_path):
+def test_with_the_option_off_every_task_releases_and_claims_anew(tmp_path):
     uri = str(tmp_path / "t.lance")
     table = without_row_key(create_table(uri, SCHEMA).schema)
-    writer = MemWalBatchWriter(WriteOptions.parse({"path": uri}), table, overwrite=False)
+    writer = MemWalBatchWriter(WriteOptions.parse({"path": uri, "keep_writers": "false"}),
+                               table, overwrite=False)
     first, second = one_job(writer, table, [1]), one_job(writer, table, [2])
     assert len(POOL) == 0 and second.epoch > first.epoch
 
