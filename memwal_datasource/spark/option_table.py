@@ -106,7 +106,7 @@ OPTIONS: tuple[Option, ...] = (
            "(0: at once)"),
     Option("lease_ttl_s", "seconds > 0", f"{DEFAULT_TTL_S:g}", WRITES,
            "a shard lease's life without renewal; a crashed task's shard frees after it"),
-    Option("keep_writers", "bool", "true", WRITES,
+    Option("keep_writers", "bool", "false", WRITES,
            "a task's shard writer stays open in its Python worker for the next task (WAL-only "
            "tables without a primary key): a small append then writes its WAL entry and the "
            "commit record only; retried attempts still claim anew; an idle kept writer's "

@@ -119,7 +119,7 @@ class WriteOptions:
     lease_wait_s: float = DEFAULT_LEASE_WAIT_S
     lease_ttl_s: float = DEFAULT_TTL_S
     # A first attempt may continue a writer its Python worker kept (writer_pool).
-    keep_writers: bool = True
+    keep_writers: bool = False
     # enable_memtable was not set: the table's primary key decides (see with_table_key).
     memtable_auto: bool = False
     # The writer options set explicitly (Spark defaults apply to the others).
