@@ -310,39 +310,34 @@ class Leases:
         lease was released. A renewal that landed although its
         acknowledgement was lost is recognised by ``lease_id`` and renewed on.
         """
-        shard = lease.shard
-        for _ in range(_MAX_RACES):
-            gen, cur = self._latest(shard)
-            if cur is None or cur.lease_id != lease.lease_id or cur.released:
-                raise LeaseLost(shard, lease, cur)
-            now = self._now_ms()
-            new = dataclasses.replace(cur, generation=gen + 1,
-                                      expires_ms=now + int(self.ttl_s * 1000),
-                                      nonce=uuid.uuid4().hex)
-            if self._write(new, "renew"):
-                hooks.point("lease.renewed", shard=shard, generation=new.generation,
-                            expires_ms=new.expires_ms)
-                return new
-        raise StoreError(f"shard {shard}: gave up renewing a lease after {_MAX_RACES} races")
+        new = self._extend(lease, "renew")
+        hooks.point("lease.renewed", shard=new.shard, generation=new.generation,
+                    expires_ms=new.expires_ms)
+        return new
 
     def relabel(self, lease: Lease, holder: Holder) -> Lease:
         """``lease`` renewed under ``holder`` (same acquisition): who holds it now.
 
-        A kept writer's lease names the job whose task uses it, or that it is
-        idle (``holder.kept``). Raises :class:`LeaseLost` as :meth:`renew` does.
+        A kept writer's lease names the kept writer, in use or idle
+        (``holder.kept``). Raises :class:`LeaseLost` as :meth:`renew` does.
         """
+        return self._extend(lease, "relabel", holder)
+
+    def _extend(self, lease: Lease, kind: str, holder: Holder | None = None) -> Lease:
+        """The next generation of ``lease``'s acquisition, a TTL from now (``holder``: named
+        as its holder from now on)."""
         shard = lease.shard
         for _ in range(_MAX_RACES):
             gen, cur = self._latest(shard)
             if cur is None or cur.lease_id != lease.lease_id or cur.released:
                 raise LeaseLost(shard, lease, cur)
             now = self._now_ms()
-            new = dataclasses.replace(cur, generation=gen + 1, holder=holder,
+            new = dataclasses.replace(cur, generation=gen + 1, holder=holder or cur.holder,
                                       expires_ms=now + int(self.ttl_s * 1000),
                                       nonce=uuid.uuid4().hex)
-            if self._write(new, "relabel"):
+            if self._write(new, kind):
                 return new
-        raise StoreError(f"shard {shard}: gave up relabelling a lease after {_MAX_RACES} races")
+        raise StoreError(f"shard {shard}: gave up {kind}ing a lease after {_MAX_RACES} races")
 
     def release(self, lease: Lease) -> bool:
         """Mark ``lease`` released so others can take the shard at once. Best effort.
