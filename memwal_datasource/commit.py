@@ -65,7 +65,7 @@ from .commit_format import (  # noqa: F401 - the log's public names, re-exported
     stream_app_id,
 )
 from .commit_intents import Intent, Intents
-from .commit_reader import MAX_RELOADS, CommitLogReader  # noqa: F401 - re-exported
+from .commit_reader import MAX_RELOADS, CommitLogReader, remember_fold  # noqa: F401
 from .errors import (  # noqa: F401 - re-exported
     CommitRefused,
     CorruptEntryError,
@@ -199,6 +199,12 @@ class CommitLog(CommitLogReader):
         self._remember(rec)
         hooks.point("commit.after", sequence=rec.sequence)
         self._auto_checkpoint(rec.sequence)
+        state = self._state  # the next commit of this process starts from here
+        if state is not None and rec.sequence - 1 <= state.sequence <= rec.sequence:
+            seed = state.copy()
+            if seed.sequence < rec.sequence:
+                seed.fold(rec)
+            remember_fold(self.store.uri, seed, self._ckpt)
         return CommitResult(rec, True)
 
     def _append_grouped(self, rec: CommitRecord, txn: Txn | None, after: int) -> CommitResult:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -45,6 +46,28 @@ log = logging.getLogger(__name__)
 
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
 
+# The newest fold this process made of each table's log (by store URI), with the
+# checkpoint it knew: a new reader starts there instead of at the checkpoint. Records
+# are immutable and a collector deletes only below a checkpoint, so a seeded reader
+# lists the checkpoints once (a newer one replaces the seed, see _base) and reads only
+# the records committed since; a long-lived driver commits with a handful of requests.
+_FOLDS: dict[str, tuple[Checkpoint, Checkpoint | None]] = {}
+_FOLDS_LOCK = threading.Lock()
+
+
+def remember_fold(uri: str, state: Checkpoint, ckpt: Checkpoint | None) -> None:
+    """Keep ``state`` (a copy the caller no longer folds) as this process's newest fold."""
+    with _FOLDS_LOCK:
+        old = _FOLDS.get(uri)
+        if old is None or old[0].sequence <= state.sequence:
+            _FOLDS[uri] = (state, ckpt)
+
+
+def forget_folds() -> None:
+    """Drop every remembered fold (tests; a process that wants cold reads)."""
+    with _FOLDS_LOCK:
+        _FOLDS.clear()
+
 
 class CommitLogReader:
     """Read and fold the commit records of one table, from the latest checkpoint.
@@ -64,6 +87,12 @@ class CommitLogReader:
         self._ckpt_looked = False
         self._state: Checkpoint | None = None  # our own fold: records 1..sequence
         self._holders: dict[str, int] = {}  # intent id: the record that answered it
+        self._listed: int | None = None  # the newest checkpoint our last LIST showed
+        with _FOLDS_LOCK:
+            seed = _FOLDS.get(store.uri)
+        self._seeded = self._by_list = seed is not None  # see _check_seed
+        if seed is not None:
+            self._state, self._ckpt = seed[0].copy(), seed[1]
 
     # --- reading records -------------------------------------------------------------
 
@@ -132,7 +161,9 @@ class CommitLogReader:
     def latest_checkpoint(self, refresh: bool = False) -> Checkpoint | None:
         """The newest checkpoint (looked up once, then cached; ``refresh`` looks again)."""
         if refresh or not self._ckpt_looked:
-            self._adopt(self._find_checkpoint(use_hint=True))
+            # A seeded reader LISTs: one request, and no GET unless a newer one exists.
+            self._ready()
+            self._adopt(self._find_checkpoint(use_hint=not self._by_list))
         return self._ckpt
 
     def _adopt(self, ck: Checkpoint | None) -> None:
@@ -180,7 +211,12 @@ class CommitLogReader:
         hint = self._hinted() if use_hint else None
         best = self._read_checkpoint(hint) if hint is not None else None
         if best is None:
-            for seq in sorted(self._checkpoint_sequences(), reverse=True):
+            listed = sorted(self._checkpoint_sequences(), reverse=True)
+            self._listed = listed[0] if listed else 0
+            for seq in listed:
+                known = self._ckpt
+                if known is not None and seq <= known.sequence:
+                    return known  # immutable: the one we hold (or a newer) needs no GET
                 best = self._read_checkpoint(seq)
                 if best is not None:
                     return best
@@ -232,8 +268,30 @@ class CommitLogReader:
 
     # --- folding ---------------------------------------------------------------------
 
+    def _check_seed(self) -> None:
+        """Trust a remembered fold only if its last record is still the one it folded.
+
+        One GET (a cold reader pays one for the hint). A table deleted and made
+        again at the same place, or a log collected past the seed, starts cold.
+        """
+        self._seeded = False
+        state = self._state
+        if state is None or not state.sequence:
+            return
+        rec, _ = self._fetch(state.sequence)
+        if rec is None or rec.digest() != state.recent.get(state.sequence):
+            self._state, self._ckpt, self._listed = None, None, None
+            self._by_list = False
+            self._cache.clear()
+            self._holders.clear()
+
+    def _ready(self) -> None:
+        if self._seeded:
+            self._check_seed()
+
     def _base(self) -> Checkpoint:
         """Our fold, moved up to the latest checkpoint when that is further along."""
+        self._ready()
         ck = self.latest_checkpoint()
         if self._state is None or (ck is not None and ck.sequence > self._state.sequence):
             self._state = ck.copy() if ck is not None else Checkpoint()
@@ -281,11 +339,16 @@ class CommitLogReader:
 
     def next_sequence(self) -> int:
         """The first unused sequence number; never one at or below a checkpoint."""
+        self._ready()
         for _ in range(MAX_RELOADS):
             ck = self.latest_checkpoint()
             floor = max([*self._cache, self._state.sequence if self._state else 0,
                          ck.sequence if ck else 0])
-            if not self._collected(floor):  # floor still stored: nothing above it is gone
+            # A collector deletes only below a checkpoint: at or above the newest one our
+            # LIST showed, floor is stored (a later collection is caught after the PUT,
+            # see CommitLog._verify_landed).
+            listed = self._listed is not None and floor >= self._listed
+            if listed or not self._collected(floor):  # nothing above floor is gone
                 return first_missing(self._exists, floor + 1)
             self._chase(floor, past=floor)
         raise self._moving()

@@ -17,6 +17,14 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 BACKENDS = ["memory", "local", "s3", "gcs", "azure"]
 
 
+@pytest.fixture(autouse=True)
+def _cold_commit_folds():
+    """Each test starts with no remembered commit-log fold (tests reuse store names)."""
+    from memwal_datasource.commit_reader import forget_folds
+
+    forget_folds()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A SeaweedFS (or MinIO via testcontainers) S3 server on 127.0.0.1."""

@@ -25,6 +25,7 @@ from memwal_datasource.commit import (
     checkpoint_key,
     record_key,
 )
+from memwal_datasource.commit_reader import forget_folds
 from memwal_datasource.errors import CorruptEntryError, MemWalError, TransientStoreError
 from tests.helpers import DelegatingStore, FlakyStore
 
@@ -135,6 +136,7 @@ def test_idempotency_and_stream_keys_survive_checkpoints(any_store):
 @pytest.mark.parametrize("backend", ["memory", "local"])
 def test_reads_cost_only_the_records_since_the_checkpoint(any_store):
     _fill(any_store, 250, 100)
+    forget_folds()  # cold readers: what a new process pays
     counting = CountingStore(any_store)
     assert CommitLog(counting).visible() == _expected(250)
     visible_cost = counting.reads
@@ -150,6 +152,7 @@ def test_reads_cost_only_the_records_since_the_checkpoint(any_store):
     assert txn_cost <= 75, txn_cost
     for key in [LAST_CHECKPOINT_KEY, *(f"{CHECKPOINTS_DIR}/{n}" for n in _checkpoints(any_store))]:
         any_store.delete(key)
+    forget_folds()
     counting.calls = dict.fromkeys(counting.calls, 0)
     assert CommitLog(counting).visible() == _expected(250)
     assert counting.reads > 250  # without checkpoints every record is read
@@ -226,6 +229,7 @@ def test_checkpoint_of_an_empty_log_is_none(any_store):
 @pytest.mark.parametrize("hint", [None, b"{not json", b'{"sequence": 5}', b'{"sequence": 99}'])
 def test_missing_garbage_or_stale_hint_still_finds_the_latest(any_store, hint, caplog):
     _fill(any_store, 11, 5)
+    forget_folds()  # a cold reader: this process remembers no fold
     any_store.delete(LAST_CHECKPOINT_KEY)
     if hint is not None:
         any_store.put(LAST_CHECKPOINT_KEY, hint)

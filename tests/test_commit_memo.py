@@ -1,0 +1,145 @@
+"""A process remembers its newest fold of a table's commit log (commit_reader._FOLDS).
+
+A warm committer reads only what changed since; a remembered fold is trusted only
+while its last record is still the one it folded (a table made again, a log
+collected past it, another process's records all fall back or catch up), and
+committers racing a collector keep every verdict exact.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memwal_datasource import commit_reader
+from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
+from memwal_datasource.commit_reader import forget_folds
+from tests.test_commit import CountingStore, _expected, _fill
+
+
+def _wipe(store) -> None:
+    for key in list(store.list("")):
+        store.delete(key)
+
+
+def _snapshot() -> dict:
+    with commit_reader._FOLDS_LOCK:
+        return dict(commit_reader._FOLDS)
+
+
+def _restore(folds: dict) -> None:
+    with commit_reader._FOLDS_LOCK:
+        commit_reader._FOLDS.clear()
+        commit_reader._FOLDS.update(folds)
+
+
+def _one(seq: int, shard: str = "s") -> list[CommittedRange]:
+    return [CommittedRange(shard, 1, seq * 10, seq * 10 + 1, rows=1, task=0)]
+
+
+def test_a_warm_commit_reads_only_the_tip(any_store):
+    _fill(any_store, 30, 10)
+    warm = CountingStore(any_store)
+    assert CommitLog(warm).append(APPEND, _one(31)).record.sequence == 31
+    forget_folds()
+    cold = CountingStore(any_store)
+    assert CommitLog(cold).append(APPEND, _one(32)).record.sequence == 32
+    # warm: LIST checkpoints, GET its last record, HEAD the tip, LIST intents, LIST after.
+    assert warm.reads <= 5, warm.calls
+    assert cold.reads > warm.reads, (cold.calls, warm.calls)
+    forget_folds()
+    assert [r.sequence for r in CommitLog(any_store).visible()][-2:] == [31, 32]
+
+
+def test_a_table_made_again_at_the_same_place_starts_from_its_own_log(any_store):
+    _fill(any_store, 20, 10)
+    _wipe(any_store)  # deleted by hand and written again: the remembered fold is stale
+    assert CommitLog(any_store).append(APPEND, _one(1)).record.sequence == 1
+    _wipe(any_store)
+    expected = _fill(any_store, 25, None)  # as many records again, different ones
+    _wipe(any_store)
+    _fill(any_store, 20, 10)
+    stale = _snapshot()
+    _wipe(any_store)
+    _fill(any_store, 25, None)
+    _restore(stale)  # a fold of records 1..20 of the old log, whose record 20 differs
+    assert CommitLog(any_store).append(APPEND, _one(26)).record.sequence == 26
+    forget_folds()
+    assert CommitLog(any_store).visible()[:-1] == expected
+
+
+def test_a_fold_collected_past_starts_from_the_newer_checkpoint(any_store):
+    _fill(any_store, 25, 10)
+    stale = _snapshot()  # this process's fold at 25; another process goes on to 40
+    log = CommitLog(any_store, checkpoint_interval=10)
+    for seq in range(26, 41):
+        assert log.append(APPEND, _one(seq), job_id=f"j{seq}").record.sequence == seq
+    for seq in range(1, 40):  # a collector: everything below checkpoint 40
+        any_store.delete(record_key(seq))
+    _restore(stale)
+    assert CommitLog(any_store).append(APPEND, _one(41)).record.sequence == 41
+    _restore(stale)
+    visible = CommitLog(any_store).visible()
+    forget_folds()
+    assert visible == CommitLog(any_store).visible()
+    assert [r.sequence for r in visible if r.shard_id == "s"] == list(range(26, 42))
+
+
+def test_a_fold_behind_other_processes_catches_up(any_store):
+    _fill(any_store, 12, 10)
+    stale = _snapshot()
+    forget_folds()
+    _fill(any_store, 30, 10, start=13)
+    _restore(stale)
+    counting = CountingStore(any_store)
+    assert CommitLog(counting).append(APPEND, _one(31)).record.sequence == 31
+    # Checkpoints 20 and 30 exist: the newer one replaces the stale fold.
+    assert counting.calls["get"] <= 4, counting.calls
+    forget_folds()
+    expected = _expected(30)
+    assert CommitLog(any_store).visible()[:-1] == expected
+
+
+@pytest.mark.parametrize("backend", ["memory", "local", "s3"])
+def test_warm_committers_racing_a_collector_commit_each_job_once(any_store):
+    """Three committers (threads sharing this process's folds) and a collector that
+    checkpoints and deletes below it, at once: every job lands once, in the fold."""
+    jobs, stop, errors = 12, threading.Event(), []
+
+    def commit(w: int) -> None:
+        try:
+            for i in range(jobs):
+                CommitLog(any_store, retry_base_delay_ms=1).append(
+                    APPEND, [CommittedRange(f"w{w}", 1, i + 1, i + 1, rows=1, task=0)],
+                    job_id=f"w{w}-{i}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def collect() -> None:
+        try:
+            while not stop.is_set():
+                ck = CommitLog(any_store, checkpoint_interval=None).checkpoint()
+                if ck is not None:
+                    for seq in range(1, ck.sequence):  # ascending, never the checkpoint's
+                        if any_store.exists(record_key(seq)):
+                            any_store.delete(record_key(seq))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=commit, args=(w,)) for w in range(3)]
+    collector = threading.Thread(target=collect)
+    collector.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    collector.join(120)
+    assert not errors, errors
+    warm = CommitLog(any_store).visible()  # from this process's remembered fold
+    forget_folds()
+    visible = CommitLog(any_store).visible()
+    assert warm == visible
+    got = sorted((r.shard_id, r.first) for r in visible)  # each job once (group records
+    assert got == sorted((f"w{w}", i + 1) for w in range(3) for i in range(jobs))  # hold many)
