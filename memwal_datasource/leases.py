@@ -10,11 +10,13 @@ change (acquire, renew, release) writes the next generation put-if-absent
 through :func:`~memwal_datasource.store.put_resolved`. A lost acknowledgement
 is read back: each body carries a random nonce, so our bytes are never taken
 for a rival's. The current lease is the highest generation. A successful
-write deletes generations below ``g - 2``, so a shard's listing stays at about
+write at ``g`` deletes generation ``g - 3``, so a shard's listing stays at about
 three keys and stays cheap. These are not WAL files, so deleting them is safe.
 Because of that deletion, a writer whose listing is very stale could create a
-freed low generation. So every write lists again afterwards and counts as won
-only if nothing higher exists.
+freed low generation, so an acquisition lists again afterwards and counts as
+won only if nothing higher exists. A holder renewing or releasing writes its
+own next generation without reading first: a rival's record there makes it
+read the current one.
 
 Rules for a lease that is live for another holder (not released, and
 ``now <= expires_ms``):
@@ -166,13 +168,22 @@ class Leases:
                             base_delay_ms=self.retry_base_delay_ms, sync=False,
                             what=f"shard {lease.shard} lease generation {lease.generation}"):
             return False
-        # Listing again costs one request and guards against a stale listing.
-        # That writer may have created a generation already freed below the current one.
-        gens = self._generations(lease.shard)
-        if gens and gens[-1] > lease.generation:
-            self._delete(lease.shard, [lease.generation])  # our stray record, below the current
-            return False
-        self._delete(lease.shard, [g for g in gens if g < lease.generation - KEEP_GENERATIONS + 1])
+        if kind == "acquire":
+            # Acquiring follows a listing, which may be stale: list again, so a writer
+            # that filled a freed generation below the current one never thinks it won.
+            gens = self._generations(lease.shard)
+            if gens and gens[-1] > lease.generation:
+                self._delete(lease.shard, [lease.generation])  # our stray record
+                return False
+            self._delete(lease.shard, [g for g in gens
+                                       if g <= lease.generation - KEEP_GENERATIONS])
+            return True
+        # The generation KEEP_GENERATIONS below ours goes: each write deletes one, so a
+        # shard keeps about KEEP_GENERATIONS files. A holder renewing or releasing its own
+        # lease writes the next generation unread (see _extend); in the rare freed slot
+        # it holds nothing, and its next renewal reads the current lease (LeaseLost).
+        if lease.generation > KEEP_GENERATIONS:
+            self._delete(lease.shard, [lease.generation - KEEP_GENERATIONS])
         return True
 
     def _delete(self, shard: str, generations: Iterable[int]) -> None:
@@ -327,6 +338,12 @@ class Leases:
         """The next generation of ``lease``'s acquisition, a TTL from now (``holder``: named
         as its holder from now on)."""
         shard = lease.shard
+        if not lease.released:  # we know our generation: write the next one (a race lost
+            new = dataclasses.replace(  # to another holder reads the current one below)
+                lease, generation=lease.generation + 1, holder=holder or lease.holder,
+                expires_ms=self._now_ms() + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
+            if self._write(new, kind):
+                return new
         for _ in range(_MAX_RACES):
             gen, cur = self._latest(shard)
             if cur is None or cur.lease_id != lease.lease_id or cur.released:
@@ -348,6 +365,12 @@ class Leases:
         """
         shard = lease.shard
         try:
+            if not lease.released:  # the next generation of ours, unread (see _extend)
+                new = dataclasses.replace(lease, generation=lease.generation + 1, released=True,
+                                          expires_ms=self._now_ms(), nonce=uuid.uuid4().hex)
+                if self._write(new, "release"):
+                    hooks.point("lease.released", shard=shard, generation=new.generation)
+                    return True
             for _ in range(_MAX_RACES):
                 gen, cur = self._latest(shard)
                 if cur is None or cur.lease_id != lease.lease_id:

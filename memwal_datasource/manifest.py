@@ -50,6 +50,9 @@ class ManifestStore:
         self.shard_id = str(uuid.UUID(shard_id))
         self.retries = retries
         self.retry_base_delay_ms = retry_base_delay_ms
+        # The newest version this object wrote or read. A writer re-checks its fence
+        # with the hint and one probe past it instead of reading it again (_known_latest).
+        self._known: ShardManifest | None = None
 
     def _where(self, version: int) -> str:
         where = self.store.describe(manifest_key(self.shard_id, version))
@@ -80,9 +83,19 @@ class ManifestStore:
                         self.store.describe(key), len(data))
         return hint
 
+    def _known_latest(self, hint: int | None) -> bool:
+        """Whether the version we know is still the latest: no hint above it and no
+        next version. (A version is freed only by a collector that claimed ten versions
+        past it and wrote the hint, so a missing next version cannot be a freed one.)"""
+        known = self._known
+        return (known is not None and (hint is None or hint <= known.version)
+                and not self._exists(known.version + 1))
+
     def latest_version(self) -> int:
         """The last existing version (0 if the shard has no manifest)."""
         hint = self._hint()
+        if self._known_latest(hint):
+            return self._known.version
         if hint is not None and self._exists(hint):
             version = hint
         else:
@@ -105,11 +118,16 @@ class ManifestStore:
             raise CorruptEntryError(
                 f"{where} is damaged ({len(data)} bytes): its body names shard "
                 f"'{m.shard_id or '(none)'}'")
+        if self._known is None or m.version >= self._known.version:
+            self._known = m
         return m
 
     def latest(self) -> ShardManifest | None:
         """The latest manifest, or ``None`` if the shard does not exist yet."""
         version = self.latest_version()
+        known = self._known
+        if known is not None and known.version == version:
+            return known  # immutable once written (callers copy before changing it)
         return self.load(version) if version else None
 
     def _write(self, m: ShardManifest) -> bool:
@@ -118,6 +136,7 @@ class ManifestStore:
                             encode_manifest(m), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms, what=self._where(m.version))
         if ours:
+            self._known = m
             try:
                 self.store.put(version_hint_key(self.shard_id), encode_version_hint(m.version))
             except (StoreError, OSError) as exc:  # only a hint; readers probe past it

@@ -148,6 +148,7 @@ class WalAppender:
         hooks.point("open.tip", shard=manifests.shard_id, epoch=m.writer_epoch, tip=tip)
         appender = cls(store, manifests.shard_id, m.writer_epoch, tip,
                        max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms)
+        appender.manifests = manifests  # it knows the version we claimed: cheaper fence checks
         if m.writer_epoch >= 2:
             res = appender._append_bytes(encode_sentinel(m.writer_epoch))
             appender.sentinel_position = res.position
