@@ -98,7 +98,8 @@ class ObjectStore(ABC):
     def put(self, key: str, data: BytesLike) -> None:
         """Create or overwrite ``key`` (hints and clock probes only; never WAL
         entries, manifests or records, which use :meth:`put_if_absent`). Readers see
-        the old object or the new one, never a mix. Keeps the client's retries."""
+        the old object or the new one, never a mix. Need not be durable (a hint lost
+        in a crash costs a probe). Keeps the client's retries."""
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -105,10 +105,10 @@ class LocalStore(ObjectStore):
             self._fsync_dir(directory)
 
     def put(self, key: str, data: BytesLike) -> None:
+        # Hints and clock probes only: atomic (replace) but not synced. A hint a power
+        # cut loses or truncates is ignored, and readers probe past it.
         path = self._path(key)
-        tmp = self._write_temp(path, data)
-        os.replace(tmp, path)
-        self._fsync_dir(os.path.dirname(path))
+        os.replace(self._write_temp(path, data, fsync=False), path)
 
     def get(self, key: str) -> bytes:
         try:
