@@ -110,6 +110,8 @@ class Leases:
         self.retries = retries
         self.retry_base_delay_ms = retry_base_delay_ms
         self.max_backoff_s = max_backoff_s
+        # shard: the record our last acquisition there replaced (None: no lease before)
+        self.replaced: dict[str, Lease | None] = {}
 
     # -- reading ---------------------------------------------------------------
 
@@ -215,6 +217,7 @@ class Leases:
                         lease_id=uuid.uuid4().hex, acquired_ms=now,
                         expires_ms=now + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
             if self._write(new, "acquire"):
+                self.replaced[shard] = cur
                 hooks.point("lease.acquired", shard=shard, generation=new.generation,
                             job_id=holder.job_id, partition=holder.partition)
                 return new, None
@@ -476,6 +479,14 @@ class HeldLease:
         self.check()
         with self._lock:
             self._lease = self._leases.relabel(self._lease, holder)
+
+    def abandon(self) -> None:
+        """Stop renewing without releasing: a newer lease of ours replaced this one."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            self._released = True
 
     def release(self) -> bool:
         """Stop renewing and release the lease (best effort, never raises). Idempotent."""

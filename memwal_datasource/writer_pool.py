@@ -4,10 +4,16 @@ Spark keeps an executor's Python worker alive between tasks
 (``spark.python.worker.reuse``, on by default), and a small append's cost is
 mostly per-task setup: lease a shard, claim a new epoch (a manifest version
 and its hint), drop a fence sentinel, and at the end move the replay position
-and release the lease. A writer kept open in this process skips all of it:
-the next task's append writes its WAL entry, and the job its commit record.
+and release the lease. A writer kept open in this process skips the claim,
+the sentinel and the replay move: the next task's append writes a lease
+generation, its WAL entry, and the job its commit record.
 
-The rules that keep fencing the guarantee:
+Placement is the same as without kept writers: a task leases a shard exactly as
+any task does (its partition's slot first, else the next free one), and a kept
+writer's lease says it is idle (``Holder.kept``), so it counts as free for
+everyone. Only when the task's lease replaced this process's kept writer's own
+lease record, nobody held the shard in between, and the task takes that writer
+instead of claiming anew. The rules that keep fencing the guarantee:
 
 * Only a task's **first attempt** may take a kept writer. A retried or
   speculative attempt opens a new one: its claim fences every older writer of
@@ -15,25 +21,20 @@ The rules that keep fencing the guarantee:
 * Only shards whose writers need not commit in epoch order take part: the
   pools of tables without a sharding spec (no primary key), WAL-only. Rows
   there have no key, so two jobs' commit order cannot disagree with WAL order.
-* Taking a kept writer re-checks the fence (one manifest read): a writer a
-  newer epoch fenced while it sat here is closed, and the task opens anew. A
-  claim that lands after the check fails the task at its next append, as it
-  would any writer.
+* A writer is taken only if the task's new lease replaced the kept writer's
+  own lease record: any other holder in between (another job, gc, a retry) may
+  have claimed the shard, so the kept writer is dropped and the task claims.
+  A claim by something that takes no lease is caught by a fence check when the
+  writer is taken (two requests), and by the one every task makes before it
+  reports success, as for any writer.
 * A writer goes back only after a task that **succeeded** made its rows
-  durable; a task that failed closes it (its entries stay uncommitted).
-* The writer keeps its shard's lease (renewed in the background), and the
-  lease says who holds it: once kept, not the finished job whose task opened
-  it but this process's kept writer (:func:`kept_holder`), so no wait is
-  charged to a finished job and no sibling wait (unbounded) is mistaken for
-  one; a writer idle for ``mark_idle_s`` is marked idle (``Holder.kept``), and
-  a task of another job then takes the shard over at once (its claim fences
-  the idle writer, which is closed when next taken) instead of waiting. Back
-  to back appends therefore write no lease at all.
+  durable and re-checked its fence; a task that failed closes it (its entries
+  stay uncommitted). Giving it back writes one lease generation (idle, kept),
+  as a release would.
 * After ``idle_s`` without a task, or ``max_age_s`` after it opened, a kept
   writer is closed: replay position moved past its entries, lease released.
-  The age limit is what lets garbage collection (which skips leased shards)
-  reach the shards of a busy worker too. Process exit closes every kept
-  writer; a killed process's lease simply expires.
+  Process exit closes every kept writer; a killed process's lease says idle, so
+  the next task takes the shard at once (its claim fences the dead writer).
 """
 
 from __future__ import annotations
@@ -46,26 +47,24 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from .errors import MemWalError
-from .leases import HeldLease, Holder
+from .leases import HeldLease, Holder, Lease
 from .writer_base import ShardWriter
 
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_S = 15.0
 DEFAULT_MAX_AGE_S = 60.0  # gc waits at most this long (plus idle_s) for a busy worker's shard
-DEFAULT_MARK_IDLE_S = 1.0  # back-to-back appends reuse a writer without marking it idle
 
 
 @dataclass
 class KeptWriter:
-    """An open writer on a leased shard, between tasks."""
+    """An open writer on a shard whose lease says it is kept (idle), between tasks."""
 
     shard: str
     writer: ShardWriter
     held: HeldLease
     last_used: float = field(default_factory=time.monotonic)
     opened: float = field(default_factory=time.monotonic)
-    idle_marked: bool = False
 
     def close(self) -> None:
         """Close the writer (durable, replay position moved), then let go of the lease."""
@@ -77,109 +76,103 @@ class KeptWriter:
         finally:
             self.held.release()
 
+    def drop(self) -> None:
+        """Let go without writing: another lease replaced ours (the writer's entries
+        are durable and committed; the next claim moves the replay position past them)."""
+        self.held.abandon()
+        self.writer.abort()
 
-def kept_holder(lease_holder: Holder, idle: bool = False) -> Holder:
-    """Who a kept writer's lease names: this process's kept writer, idle or in use."""
+
+def kept_holder(lease_holder: Holder) -> Holder:
+    """Who a kept writer's lease names: this process's kept writer, idle (free to take)."""
     return Holder(job_id=f"kept-{lease_holder.host}-{lease_holder.pid}", partition=-1,
-                  label=f"{'idle ' if idle else ''}writer kept between tasks",
-                  host=lease_holder.host, pid=lease_holder.pid, kept=idle)
+                  label="idle writer kept between tasks", host=lease_holder.host,
+                  pid=lease_holder.pid, kept=True)
 
 
 class WriterPool:
-    """Kept writers of this process, by key (table, writer group, schema, settings)."""
+    """Kept writers of this process, by key (table, writer group, schema, settings) and shard."""
 
     def __init__(self, idle_s: float = DEFAULT_IDLE_S, max_age_s: float = DEFAULT_MAX_AGE_S,
-                 mark_idle_s: float = DEFAULT_MARK_IDLE_S, reaper: bool = True):
+                 reaper: bool = True):
         self.idle_s = idle_s
-        self.reaper = reaper  # False: the caller calls mark_idle / close_idle (tests)
+        self.reaper = reaper  # False: the caller calls close_idle (tests)
         self.max_age_s = max_age_s
-        self.mark_idle_s = mark_idle_s
-        self._kept: dict[Hashable, list[KeptWriter]] = {}
+        self._kept: dict[tuple[Hashable, str], KeptWriter] = {}
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
         self._wake = threading.Event()
 
-    def take(self, key: Hashable) -> KeptWriter | None:
-        """A kept writer for ``key`` still holding its lease and its epoch, or ``None``.
+    def take(self, key: Hashable, shard: str, replaced: Lease | None,
+             held: HeldLease) -> KeptWriter | None:
+        """The writer kept for ``key`` on ``shard``, now under ``held``, or ``None``.
 
-        A lease marked idle is marked in use again (one lease write); a writer
-        past ``max_age_s`` is closed instead.
+        ``held`` is the task's new lease on ``shard`` and ``replaced`` the record
+        it replaced: the kept writer is taken only if that was its own (nobody held
+        the shard in between); otherwise it is dropped and the task claims anew.
         """
-        while True:
-            with self._lock:
-                kept = self._kept.get(key)
-                if not kept:
-                    return None
-                candidate = kept.pop()
-            if time.monotonic() - candidate.opened >= self.max_age_s:
-                candidate.close()
-                continue
-            try:
-                candidate.held.check()
-                candidate.writer.check_fence()
-                current = candidate.held.lease.holder
-                if current.kept:
-                    candidate.held.relabel(kept_holder(current))
-                    candidate.idle_marked = False
+        with self._lock:
+            kept = self._kept.pop((key, shard), None)
+        if kept is None:
+            return None
+        ours = replaced is not None and replaced.lease_id == kept.held.lease.lease_id
+        why = ("another holder came between" if not ours else
+               "past its age" if time.monotonic() - kept.opened >= self.max_age_s else None)
+        if why is None:
+            try:  # a claim that took no lease (a native writer, say): two requests
+                kept.writer.check_fence()
             except MemWalError as exc:
-                log.info("memwal: not reusing the writer of shard %s: %s", candidate.shard, exc)
-                candidate.close()
-                continue
-            return candidate
+                why = str(exc)
+        if why is not None:
+            log.info("memwal: not reusing the kept writer of shard %s (%s)", shard, why)
+            kept.drop()
+            return None
+        kept.held.abandon()  # the task's lease replaced it
+        kept.held = held
+        return kept
+
+    def drop_shard(self, shard: str) -> int:
+        """Drop every writer kept on ``shard`` (a task of this process claims it anew)."""
+        with self._lock:
+            gone = [k for k in self._kept if k[1] == shard]
+            dropped = [self._kept.pop(k) for k in gone]
+        for kept in dropped:
+            kept.drop()
+        return len(dropped)
 
     def give(self, key: Hashable, kept: KeptWriter) -> None:
-        """Keep ``kept`` (its rows durable) for the next task with the same ``key``."""
+        """Keep ``kept`` (its rows durable, its fence checked) for the next task: its
+        lease now says idle, so any task, of any job, may take the shard."""
         kept.last_used = time.monotonic()
-        current = kept.held.lease.holder
-        if current != kept_holder(current):  # the lease still names the task's job
-            try:
-                kept.held.relabel(kept_holder(current))
-            except MemWalError as exc:  # lost meanwhile: not worth keeping
-                log.info("memwal: not keeping the writer of shard %s: %s", kept.shard, exc)
-                kept.close()
-                return
+        try:
+            kept.held.relabel(kept_holder(kept.held.lease.holder))
+        except MemWalError as exc:  # lost meanwhile: not worth keeping
+            log.info("memwal: not keeping the writer of shard %s: %s", kept.shard, exc)
+            kept.close()
+            return
         with self._lock:
-            self._kept.setdefault(key, []).append(kept)
+            old = self._kept.pop((key, kept.shard), None)
+            self._kept[(key, kept.shard)] = kept
             if self._reaper is None and self.reaper:
                 self._reaper = threading.Thread(target=self._reap, name="memwal-writer-pool",
                                                 daemon=True)
                 self._reaper.start()
+        if old is not None and old is not kept:
+            old.drop()
 
     def _reap(self) -> None:
-        while not self._wake.wait(max(0.05, min(self.idle_s, self.mark_idle_s, 1.0))):
+        while not self._wake.wait(max(0.05, min(self.idle_s, 1.0))):
             self.close_idle(self.idle_s)
-            self.mark_idle()
-
-    def mark_idle(self) -> int:
-        """Mark the leases of writers unused for ``mark_idle_s`` idle; returns how many."""
-        now = time.monotonic()
-        due: list[tuple[Hashable, KeptWriter]] = []
-        with self._lock:  # out of the pool while relabelled: no task takes it meanwhile
-            for key, kept in self._kept.items():
-                for k in [k for k in kept
-                          if not k.idle_marked and now - k.last_used >= self.mark_idle_s]:
-                    kept.remove(k)
-                    due.append((key, k))
-        for key, kept in due:
-            try:
-                kept.held.relabel(kept_holder(kept.held.lease.holder, idle=True))
-                kept.idle_marked = True
-            except MemWalError as exc:  # taken over, say: closed when next taken
-                log.info("memwal: could not mark the kept writer of shard %s idle: %s",
-                         kept.shard, exc)
-            with self._lock:
-                self._kept.setdefault(key, []).append(kept)
-        return len(due)
 
     def close_idle(self, idle_s: float) -> int:
         """Close writers unused for ``idle_s`` or open longer than ``max_age_s``."""
         now = time.monotonic()
         with self._lock:
-            stale = [k for kept in self._kept.values() for k in kept
-                     if now - k.last_used >= idle_s or now - k.opened >= self.max_age_s]
-            for key in list(self._kept):
-                self._kept[key] = [k for k in self._kept[key] if k not in stale]
-        for kept in stale:
+            stale = [(k, w) for k, w in self._kept.items()
+                     if now - w.last_used >= idle_s or now - w.opened >= self.max_age_s]
+            for k, _w in stale:
+                del self._kept[k]
+        for _k, kept in stale:
             kept.close()
         return len(stale)
 
@@ -189,7 +182,7 @@ class WriterPool:
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(len(v) for v in self._kept.values())
+            return len(self._kept)
 
 
 POOL = WriterPool()  # this process's kept writers

@@ -1,10 +1,10 @@
 """Writers kept between tasks (memwal_datasource.writer_pool), without Spark.
 
-A kept writer's lease names the job that uses it now, or that it is idle; an
-idle one is taken over by another job (whose claim fences it, so it is closed
-when next taken, never reused); writers retire after ``max_age_s`` so gc, which
-skips leased shards, reaches a busy worker's shards. Memory, local disk, the
-S3 server and both emulators (``backend``).
+A kept writer's lease says it is idle, so any task takes the shard as it would
+a released one; the next task of this process that leases the shard continues
+the writer only if its lease replaced the kept writer's own (else another holder
+may have claimed: the writer is dropped); writers retire after ``max_age_s``.
+Memory, local disk, the S3 server and both emulators (``backend``).
 """
 
 from __future__ import annotations
@@ -35,56 +35,67 @@ def kept_writer(location, job: str) -> tuple[KeptWriter, Leases]:
     return KeptWriter(shard, writer, held), leases
 
 
-def test_a_kept_writers_lease_names_the_kept_writer_not_a_finished_job(location):
-    """Kept, its lease names this process's kept writer (bounded waits for other jobs,
-    never a finished job's); reused back to back, it writes no lease at all."""
-    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=3600, reaper=False)
+def lease_again(location, shard: str, job: str):
+    """A task's lease on ``shard`` (what it replaced is ``leases.replaced[shard]``)."""
+    uri, opts = location
+    leases = Leases(open_store(uri, opts))
+    lease, blocker = leases.try_take(shard, Holder(job, 0))
+    assert lease is not None and blocker is None, blocker
+    return leases.hold(lease), leases
+
+
+def test_a_kept_writers_lease_says_idle_and_names_no_finished_job(location):
+    """Kept, its lease names this process's kept writer, idle: free for any task."""
+    pool = WriterPool(idle_s=3600, max_age_s=3600, reaper=False)
     kept, leases = kept_writer(location, "job-1")
     pool.give("k", kept)
     holder = leases.current(kept.shard).holder
-    assert holder.job_id.startswith("kept-") and not holder.kept
-    assert holder.label == "writer kept between tasks"
-    generation = leases.current(kept.shard).generation
-    got = pool.take("k")
-    assert got is kept
-    got.writer.put(pa.table({"id": [3]}))
-    pool.give("k", got)
-    assert leases.current(kept.shard).generation == generation, "no lease write"
+    assert holder.job_id.startswith("kept-") and holder.kept
+    assert holder.label == "idle writer kept between tasks"
     pool.close_all()
 
 
-def test_an_idle_writer_is_taken_over_and_never_reused(location):
-    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=0.0, reaper=False)
-    kept, leases = kept_writer(location, "job-1")
+def test_the_next_task_leasing_the_shard_continues_the_writer(location):
+    """No claim: the epoch stays, and the rows go on at the next position."""
+    pool = WriterPool(idle_s=3600, max_age_s=3600, reaper=False)
+    kept, _ = kept_writer(location, "job-1")
+    epoch, last = kept.writer.epoch, kept.writer.stats().last_wal_position
     pool.give("k", kept)
-    assert pool.mark_idle() == 1
+    held, leases = lease_again(location, kept.shard, "job-2")
+    got = pool.take("k", kept.shard, leases.replaced[kept.shard], held)
+    assert got is kept and got.held is held and got.writer.epoch == epoch
+    got.writer.put(pa.table({"id": [3]}))
+    got.writer.flush()
+    assert got.writer.stats().last_wal_position == last + 1
+    pool.give("k", got)
     assert leases.current(kept.shard).holder.kept
-    # Another job's task may take the shard at once: the idle writer holds it for no job.
+    pool.close_all()
+    cur = leases.current(kept.shard)
+    assert cur.released, "closing releases the lease"
+
+
+def test_a_writer_another_holder_came_between_is_dropped_not_reused(location):
+    """Another job took the shard (and claimed) while the writer was kept: the next task
+    of this process leasing the shard must not continue the fenced writer."""
+    pool = WriterPool(idle_s=3600, max_age_s=3600, reaper=False)
+    kept, _ = kept_writer(location, "job-1")
+    pool.give("k", kept)
     uri, opts = location
-    other, blocker = Leases(open_store(uri, opts)).try_take(kept.shard, Holder("job-9", 0))
-    assert other is not None and blocker is None
+    other, other_leases = lease_again(location, kept.shard, "job-9")  # idle: taken at once
     newer = open_shard_writer(uri, kept.shard, SCHEMA, ShardWriterConfig(enable_memtable=False),
                               storage_options=opts)  # its claim fences the kept writer
-    assert pool.take("k") is None, "a taken-over writer is closed"
-    assert len(pool) == 0
     newer.close()
+    other.release()
+    held, leases = lease_again(location, kept.shard, "job-2")
+    assert pool.take("k", kept.shard, leases.replaced[kept.shard], held) is None
+    assert len(pool) == 0
+    held.release()
 
 
 def test_a_writer_past_its_max_age_retires(location):
-    pool = WriterPool(idle_s=3600, max_age_s=0.0, mark_idle_s=3600, reaper=False)
+    pool = WriterPool(idle_s=3600, max_age_s=0.0, reaper=False)
     kept, leases = kept_writer(location, "job-1")
     pool.give("k", kept)
-    assert pool.take("k") is None
+    assert pool.close_idle(3600) == 1
     cur = leases.current(kept.shard)
     assert cur is None or cur.released, "retiring releases the lease (gc may collect it)"
-
-
-def test_an_idle_writer_taken_again_is_marked_in_use(location):
-    pool = WriterPool(idle_s=3600, max_age_s=3600, mark_idle_s=0.0, reaper=False)
-    kept, leases = kept_writer(location, "job-1")
-    pool.give("k", kept)
-    assert pool.mark_idle() == 1 and leases.current(kept.shard).holder.kept
-    assert pool.take("k") is kept
-    assert not leases.current(kept.shard).holder.kept, "in use: nobody may take it over"
-    pool.give("k", kept)
-    pool.close_all()

@@ -106,11 +106,12 @@ OPTIONS: tuple[Option, ...] = (
            "(0: at once)"),
     Option("lease_ttl_s", "seconds > 0", f"{DEFAULT_TTL_S:g}", WRITES,
            "a shard lease's life without renewal; a crashed task's shard frees after it"),
-    Option("keep_writers", "bool", "false", WRITES,
-           "a task's shard writer stays open in its Python worker for the next task (WAL-only "
-           "tables without a primary key): a small append then writes its WAL entry and the "
-           "commit record only; retried attempts still claim anew; an idle kept writer's "
-           "shard is taken over by any other job, and kept writers retire after 60 s"),
+    Option("keep_writers", "bool", "true", WRITES,
+           "a task's shard writer stays open in its Python worker for the next task that "
+           "leases the same shard (WAL-only tables without a primary key): no epoch claim, "
+           "sentinel or replay move per append; placement is unchanged, retried attempts "
+           "claim anew, an idle kept writer's shard is free to any task, and kept writers "
+           "retire after 15 s idle or 60 s"),
     Option("txnAppId", "text", "", (WRITE,),
            "idempotency key, with txnVersion (Delta's names): a re-run commits nothing"),
     Option("txnVersion", "int >= 0", "", (WRITE,), "idempotency version, with txnAppId"),

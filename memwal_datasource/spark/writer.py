@@ -154,19 +154,21 @@ class _PoolShard:
     def open(self, schema: pa.Schema) -> ShardWriter:
         """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
         t0 = time.perf_counter()
+        self.shard = self._lease_from_pool()
+        t1 = time.perf_counter()
+        self.lease_s += t1 - t0
         if self.keepable:
             self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
                         tuple(sorted(self.opts.storage.items())), schema.to_string(),
                         repr(self.opts.config), self.opts.lease_ttl_s)
-            kept = POOL.take(self.key)
-            if kept is not None:
-                self.shard, self.writer, self.held = kept.shard, kept.writer, kept.held
-                self.before = kept.writer.stats()
-                self.open_s += time.perf_counter() - t0
+            kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
+                             self.held)
+            if kept is not None:  # the shard any task would take, and our writer holds it
+                self.writer, self.before = kept.writer, kept.writer.stats()
+                self.open_s += time.perf_counter() - t1
                 return self.writer
-        self.shard = self._lease_from_pool()
-        t1 = time.perf_counter()
-        self.lease_s += t1 - t0
+        elif POOL:
+            POOL.drop_shard(self.shard)  # our claim fences it: never reuse it
         self.writer = open_shard(self.opts, self.shard, schema)
         self.open_s += time.perf_counter() - t1
         return self.writer

@@ -62,9 +62,11 @@ def test_a_first_attempt_reuses_the_kept_writer_and_writes_only_its_entry(locati
     assert len(POOL) == 1
     before = objects(store)
     second = one_job(writer, table, [3])
-    new = objects(store) - before
-    # One WAL entry and the job's commit record: no lease, manifest, hint or sentinel.
+    new = {k for k in objects(store) - before if not k.startswith("_memwal_leases/")}
+    # One WAL entry and the job's commit record (and lease generations, as any task
+    # writes): no manifest version, hint or sentinel.
     assert sorted(k.split("/")[0] for k in new) == ["_mem_wal", "_memwal_commits"], new
+    assert [k.split("/")[2] for k in new if k.startswith("_mem_wal/")] == ["wal"], new
     assert (second.shard_id, second.epoch) == (first.shard_id, first.epoch)
     assert second.first_position == first.last_position + 1
     assert (second.rows, second.wal_entries) == (1, 1)
@@ -81,9 +83,9 @@ def test_a_retried_attempt_claims_anew_and_fences_the_kept_writer(tmp_path):
     job = TaskJob.new()
     first = one_job(writer, table, [1], job=job)
     retry = one_job(writer, table, [2], attempt=1, job=job)  # the same task, again
-    # A retry never takes a kept writer: it claims anew. The kept writer's lease names
-    # the kept writer, not the finished attempt, so the retry takes the next free slot
-    # (on its own partition's slot it would claim a newer epoch and fence it).
+    # A retry never takes a kept writer: it claims anew. The kept writer's lease says
+    # idle, so the retry takes its partition's slot, and its claim fences the kept writer.
+    assert retry.shard_id == first.shard_id and len(POOL) == 0
     assert (retry.shard_id, retry.epoch) != (first.shard_id, first.epoch)
     assert retry.epoch > (first.epoch if retry.shard_id == first.shard_id else 0)
     one_job(writer, table, [3])
