@@ -439,7 +439,7 @@ def test_paused_holder_loses_the_lease_and_check_raises(mem, clock):
         b = leases.try_acquire(shard, job("B"))  # ... and another job takes the shard
         assert b is not None
         resume.set()
-        held._thread.join(30)
+        assert held.wait_stopped(30)
         with pytest.raises(LeaseLost, match="taken by 'job B'"):
             held.check()
     assert leases.current(shard) == b  # A's exit did not release B's lease
