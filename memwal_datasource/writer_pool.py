@@ -8,12 +8,14 @@ and release the lease. A writer kept open in this process skips the claim,
 the sentinel and the replay move: the next task's append writes a lease
 generation, its WAL entry, and the job its commit record.
 
-Placement is the same as without kept writers: a task leases a shard exactly as
-any task does (its partition's slot first, else the next free one), and a kept
-writer's lease says it is idle (``Holder.kept``), so it counts as free for
-everyone. Only when the task's lease replaced this process's kept writer's own
-lease record, nobody held the shard in between, and the task takes that writer
-instead of claiming anew. The rules that keep fencing the guarantee:
+Placement: a task first tries the shards this process keeps writers on (a free
+one is as good a slot as any), then leases as any task does (its partition's
+slot first, else the next free one). A kept writer's lease says it is idle
+(``Holder.kept``), so it counts as free for everyone: live jobs still never
+share a shard, and repeated jobs still write the same bounded set. Only when
+the task's lease replaced this process's kept writer's own lease record,
+nobody held the shard in between, and the task takes that writer instead of
+claiming anew. The rules that keep fencing the guarantee:
 
 * Only a task's **first attempt** may take a kept writer. A retried or
   speculative attempt opens a new one: its claim fences every older writer of
@@ -130,6 +132,12 @@ class WriterPool:
         kept.held.abandon()  # the task's lease replaced it
         kept.held = held
         return kept
+
+    def shards(self, key: Hashable) -> list[str]:
+        """Shards with a writer kept for ``key``, most recently used first."""
+        with self._lock:
+            kept = [(w.last_used, k[1]) for k, w in self._kept.items() if k[0] == key]
+        return [s for _t, s in sorted(kept, reverse=True)]
 
     def drop_shard(self, shard: str) -> int:
         """Drop every writer kept on ``shard`` (a task of this process claims it anew)."""

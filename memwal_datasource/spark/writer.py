@@ -127,9 +127,10 @@ class TaskJob:
 class _PoolShard:
     """The one shard a task of a table without a sharding spec writes, from its writer group.
 
-    The task leases a free shard of the pool: its partition id's slot when
-    free (uncontended jobs reuse the same shards), else the next free slot;
-    with ``num_shards`` it waits for one of those. The lease is renewed in
+    The task leases a free shard of the pool: one this process keeps a
+    writer on if free (see :mod:`memwal_datasource.writer_pool`), else its
+    partition id's slot when free (uncontended jobs reuse the same shards),
+    else the next free slot; with ``num_shards`` it waits for one of those. The lease is renewed in
     the background; a lost one (taken after it expired) fails the task
     before it closes, and Spark retries the task.
     """
@@ -154,13 +155,14 @@ class _PoolShard:
     def open(self, schema: pa.Schema) -> ShardWriter:
         """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
         t0 = time.perf_counter()
-        self.shard = self._lease_from_pool()
-        t1 = time.perf_counter()
-        self.lease_s += t1 - t0
         if self.keepable:
             self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
                         tuple(sorted(self.opts.storage.items())), schema.to_string(),
                         repr(self.opts.config), self.opts.lease_ttl_s)
+        self.shard = self._lease_from_pool()
+        t1 = time.perf_counter()
+        self.lease_s += t1 - t0
+        if self.keepable:
             kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
                              self.held)
             if kept is not None:  # the shard any task would take, and our writer holds it
@@ -185,6 +187,11 @@ class _PoolShard:
                        first_wal_position=first if s.rows > b.rows else None,
                        last_wal_position=s.last_wal_position if s.rows > b.rows else None)
 
+    def kept_here(self) -> list[str]:
+        """Shards this process keeps a writer on for this task's settings (tried first:
+        continuing a kept writer skips a claim; busy ones are passed over)."""
+        return POOL.shards(self.key) if self.keepable and self.key is not None else []
+
     def _hold(self, lease) -> None:
         self.held = self.leases.hold(lease)
 
@@ -193,6 +200,13 @@ class _PoolShard:
         opts, pid = self.opts, self.holder.partition
         if opts.num_shards:
             return self._lease_from_bounded_pool(opts.num_shards)
+        if self.kept_here():
+            try:  # a free shard this process keeps a writer on is as good a slot as any
+                shard, lease = self.leases.pick_free(self.kept_here(), self.holder)
+                self._hold(lease)
+                return shard
+            except NoFreeShard:
+                pass
         for w in range(POOL_WINDOWS):
             slots = range(pid + w * POOL_WINDOW, pid + (w + 1) * POOL_WINDOW)
             try:
@@ -216,6 +230,8 @@ class _PoolShard:
         """
         opts, holder, leases = self.opts, self.holder, self.leases
         pool = [opts.shard_for(holder.partition + i) for i in range(n)]
+        kept = [s for s in self.kept_here() if s in pool]
+        pool = kept + [s for s in pool if s not in kept]
         waited, delay = 0.0, 0.05
         while True:
             try:
