@@ -8,9 +8,10 @@ and release the lease. A writer kept open in this process skips the claim,
 the sentinel and the replay move: the next task's append writes a lease
 generation, its WAL entry, and the job its commit record.
 
-Placement: a task first tries the shards this process keeps writers on (a free
-one is as good a slot as any), then leases as any task does (its partition's
-slot first, else the next free one). A kept writer's lease says it is idle
+Placement: a task leases as any task does, its partition's slot first (so an
+uncontended job keeps its placement), then, where that slot is busy, a shard
+this process keeps a writer on before the next free one. A kept writer's lease
+says it is idle
 (``Holder.kept``), so it counts as free for everyone: live jobs still never
 share a shard, and repeated jobs still write the same bounded set. Only when
 the task's lease replaced this process's kept writer's own lease record,

@@ -245,6 +245,7 @@ def test_missing_garbage_or_stale_hint_still_finds_the_latest(any_store, hint, c
 
 def test_a_damaged_checkpoint_is_reported_not_skipped(any_store):
     _fill(any_store, 10, 5)
+    forget_folds()  # cold readers (a warm one holds the checkpoint it wrote, undamaged)
     any_store.delete(checkpoint_key(10))
     any_store.put(checkpoint_key(10), b'{"format": 1, "sequence": 10')
     with pytest.raises(CorruptEntryError, match=f"{10:020d}.json is corrupt"):

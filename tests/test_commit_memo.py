@@ -9,6 +9,7 @@ committers racing a collector keep every verdict exact.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -105,25 +106,45 @@ def test_a_fold_behind_other_processes_catches_up(any_store):
 def test_warm_committers_racing_a_collector_commit_each_job_once(any_store):
     """Three committers (threads sharing this process's folds) and a collector that
     checkpoints and deletes below it, at once: every job lands once, in the fold."""
-    jobs, stop, errors = 12, threading.Event(), []
+    jobs, stop, errors = 20, threading.Event(), []
+    started: dict[int, float] = {}  # committer: when its append in flight began
+    deleted: list[int] = []
+    lock = threading.Lock()
 
     def commit(w: int) -> None:
         try:
             for i in range(jobs):
+                with lock:
+                    started[w] = time.time()
                 CommitLog(any_store, retry_base_delay_ms=1).append(
                     APPEND, [CommittedRange(f"w{w}", 1, i + 1, i + 1, rows=1, task=0)],
                     job_id=f"w{w}-{i}")
+            with lock:
+                del started[w]
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     def collect() -> None:
+        # The collector's contract: ascending, below a checkpoint, and a grace longer than
+        # any commit takes (gc keeps 30 s): here, only records made before every append
+        # still in flight began.
         try:
             while not stop.is_set():
-                ck = CommitLog(any_store, checkpoint_interval=None).checkpoint()
-                if ck is not None:
-                    for seq in range(1, ck.sequence):  # ascending, never the checkpoint's
-                        if any_store.exists(record_key(seq)):
-                            any_store.delete(record_key(seq))
+                log = CommitLog(any_store, checkpoint_interval=None)
+                ck = log.checkpoint()
+                if ck is None:
+                    continue
+                with lock:
+                    before_ms = int(min(started.values(), default=time.time()) * 1000)
+                for seq in range(1, ck.sequence):
+                    try:
+                        rec = log.read(seq)
+                    except FileNotFoundError:
+                        continue
+                    if rec.created_ms >= before_ms:
+                        break
+                    any_store.delete(record_key(seq))
+                    deleted.append(seq)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -137,6 +158,7 @@ def test_warm_committers_racing_a_collector_commit_each_job_once(any_store):
     stop.set()
     collector.join(120)
     assert not errors, errors
+    assert deleted, "the collector ran beside the committers"
     warm = CommitLog(any_store).visible()  # from this process's remembered fold
     forget_folds()
     visible = CommitLog(any_store).visible()

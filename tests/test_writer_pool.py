@@ -156,7 +156,8 @@ def test_two_processes_taking_turns_on_a_shard_never_write_into_each_others_rang
     for p in pools:
         p.close_all()
     assert not errors, errors
-    assert len(out) >= 12, "tasks ran"
+    assert len(out) >= 6, "tasks ran"
+    assert len({epoch for epoch, *_ in out}) >= 2, "the shard changed hands"
     tailer = WalTailer(open_store(uri, opts), shard)
     seen: set[int] = set()
     for epoch, first, last, ids in out:

@@ -127,10 +127,10 @@ class TaskJob:
 class _PoolShard:
     """The one shard a task of a table without a sharding spec writes, from its writer group.
 
-    The task leases a free shard of the pool: one this process keeps a
-    writer on if free (see :mod:`memwal_datasource.writer_pool`), else its
-    partition id's slot when free (uncontended jobs reuse the same shards),
-    else the next free slot; with ``num_shards`` it waits for one of those. The lease is renewed in
+    The task leases a free shard of the pool: its partition id's slot when
+    free (uncontended jobs reuse the same shards), else one this process
+    keeps a writer on (see :mod:`memwal_datasource.writer_pool`), else the
+    next free slot; with ``num_shards`` it waits for one of those. The lease is renewed in
     the background; a lost one (taken after it expired) fails the task
     before it closes, and Spark retries the task.
     """
@@ -187,10 +187,14 @@ class _PoolShard:
                        first_wal_position=first if s.rows > b.rows else None,
                        last_wal_position=s.last_wal_position if s.rows > b.rows else None)
 
-    def kept_here(self) -> list[str]:
-        """Shards this process keeps a writer on for this task's settings (tried first:
-        continuing a kept writer skips a claim; busy ones are passed over)."""
-        return POOL.shards(self.key) if self.keepable and self.key is not None else []
+    def _kept_after_home(self, order: list[str], within: bool = False) -> list[str]:
+        """``order`` with the shards this process keeps writers on (for this task's
+        settings; only those in ``order`` if ``within``) moved right after the first,
+        the partition's own slot: an uncontended job keeps its placement, and a task
+        whose slot is busy continues a kept writer (no claim) before trying the next."""
+        kept = POOL.shards(self.key) if self.keepable and self.key is not None else []
+        kept = [s for s in kept if s != order[0] and (s in order or not within)]
+        return [order[0], *kept, *(s for s in order[1:] if s not in kept)]
 
     def _hold(self, lease) -> None:
         self.held = self.leases.hold(lease)
@@ -200,18 +204,13 @@ class _PoolShard:
         opts, pid = self.opts, self.holder.partition
         if opts.num_shards:
             return self._lease_from_bounded_pool(opts.num_shards)
-        if self.kept_here():
-            try:  # a free shard this process keeps a writer on is as good a slot as any
-                shard, lease = self.leases.pick_free(self.kept_here(), self.holder)
-                self._hold(lease)
-                return shard
-            except NoFreeShard:
-                pass
         for w in range(POOL_WINDOWS):
             slots = range(pid + w * POOL_WINDOW, pid + (w + 1) * POOL_WINDOW)
+            order = [opts.shard_for(s) for s in slots]
+            if w == 0:
+                order = self._kept_after_home(order)
             try:
-                shard, lease = self.leases.pick_free([opts.shard_for(s) for s in slots],
-                                                     self.holder)
+                shard, lease = self.leases.pick_free(order, self.holder)
             except NoFreeShard:
                 continue
             self._hold(lease)
@@ -229,9 +228,8 @@ class _PoolShard:
         another job holds part of the pool counts against ``lease_wait_s``.
         """
         opts, holder, leases = self.opts, self.holder, self.leases
-        pool = [opts.shard_for(holder.partition + i) for i in range(n)]
-        kept = [s for s in self.kept_here() if s in pool]
-        pool = kept + [s for s in pool if s not in kept]
+        pool = self._kept_after_home([opts.shard_for(holder.partition + i) for i in range(n)],
+                                     within=True)
         waited, delay = 0.0, 0.05
         while True:
             try:

@@ -27,8 +27,9 @@ def _boto3_body(data: BytesLike, view: memoryview) -> bytes | bytearray:
 class S3Store(ObjectStore):
     """S3; put-if-absent is ``PUT`` with ``If-None-Match: *``.
 
-    The data path (conditional and plain PUTs, GETs, HEADs) goes through
-    obstore, listings, deletes and the bucket check through boto3 (see
+    The data path (conditional and plain PUTs, GETs, HEADs, listings of a whole
+    directory, deletes) goes through obstore; listings of raw prefixes and the
+    bucket check through boto3 (see
     :mod:`memwal_datasource.store.s3_clients` for why, and for forked processes,
     which use boto3 throughout). Both clients are built once per process and
     configuration, on first use.
@@ -224,6 +225,15 @@ class S3Store(ObjectStore):
     def list(self, prefix: str) -> Iterator[str]:
         full = self._key(prefix)
         strip = len(self.prefix) + 1 if self.prefix else 0
+        if prefix.endswith("/") and obstore_usable():
+            # A whole directory (every listing on an append's path): obstore lists by path
+            # segments, at a fraction of boto3's CPU per request.
+            import obstore  # lazy (module docstring)
+
+            paths = self._obstore_call(prefix, lambda st, path: [
+                meta["path"] for batch in obstore.list(st, path.rstrip("/")) for meta in batch])
+            yield from (p[strip:] for p in paths if p.startswith(full))
+            return
         paginator = self._client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
@@ -245,6 +255,14 @@ class S3Store(ObjectStore):
         return sorted(names)
 
     def delete(self, key: str) -> None:
+        if obstore_usable():
+            import obstore  # lazy (module docstring)
+
+            try:
+                self._obstore_call(key, lambda st, path: obstore.delete(st, path))
+            except FileNotFoundError:
+                pass  # as S3's DeleteObject: deleting a missing key is no error
+            return
         try:
             self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
         except Exception as exc:  # noqa: BLE001

@@ -10,10 +10,11 @@ Two clients, each built once per process and configuration:
   was lost must never be re-sent by the SDK (the re-send comes back 412 and
   looks like another writer's object); :func:`~.base.put_resolved` retries and
   resolves it by reading back.
-* **boto3** keeps listings (S3's raw string prefixes and ``Delimiter``;
-  ``object_store`` lists by whole path segments), deletes and the bucket
-  check (typed error codes), and is the data path in a process forked from
-  one that already used obstore.
+* **boto3** keeps listings of raw string prefixes and ``Delimiter`` listings
+  (``object_store`` lists by whole path segments; listings of a whole
+  directory and deletes go through obstore) and the bucket check (typed error
+  codes), and is the data path in a process forked from one that already used
+  obstore.
 
 obstore runs its requests on one global tokio runtime whose worker threads do
 not survive ``fork()``: a forked child that touches obstore, through any
