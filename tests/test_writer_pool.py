@@ -101,43 +101,36 @@ def test_a_writer_past_its_max_age_retires(location):
     assert cur is None or cur.released, "retiring releases the lease (gc may collect it)"
 
 
-def _turns(location, pool: WriterPool, shard: str, name: str, turns: int, out: list,
-           errors: list) -> None:
-    """A process's tasks on one shard: lease (skip when busy), continue the kept writer or
-    claim anew, write ids of their own, check the fence, give the writer back."""
+def _task(location, pool: WriterPool, shard: str, job: str, between=None) -> tuple:
+    """One task of a process on ``shard``: lease it, continue the kept writer or claim
+    anew, write ids of its own, check the fence, give the writer back. ``between`` runs
+    while it holds the lease, before it writes (the other process's attempt)."""
     uri, opts = location
-    for i in range(turns):
-        leases = Leases(open_store(uri, opts))
-        try:
-            lease, _blocker = leases.try_take(shard, Holder(f"{name}-{i}", 0))
-            if lease is None:
-                continue
-            held = leases.hold(lease)
-            kept = pool.take("k", shard, leases.replaced[shard], held)
-            writer = kept.writer if kept else open_shard_writer(
-                uri, shard, SCHEMA, ShardWriterConfig(enable_memtable=False),
-                storage_options=opts)
-            before = writer.stats().last_wal_position
-            ids = [hash((name, i, j)) & 0xFFFFFFFF for j in range(3)]
-            try:
-                writer.put(pa.table({"id": ids}))
-                writer.flush()
-                writer.check_fence()
-            except Exception:  # noqa: BLE001 - fenced by the other process: a failed task
-                writer.abort()
-                held.release()
-                continue
-            s = writer.stats()
-            out.append((s.epoch, (before or 0) + 1 if kept else s.first_wal_position,
-                        s.last_wal_position, ids))
-            pool.give("k", KeptWriter(shard, writer, held))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
+    leases = Leases(open_store(uri, opts))
+    lease, blocker = leases.try_take(shard, Holder(job, 0))
+    assert lease is not None, blocker
+    held = leases.hold(lease)
+    kept = pool.take("k", shard, leases.replaced[shard], held)
+    writer = kept.writer if kept else open_shard_writer(
+        uri, shard, SCHEMA, ShardWriterConfig(enable_memtable=False), storage_options=opts)
+    if between is not None:
+        between()
+    before = writer.stats().last_wal_position
+    ids = [hash((job, j)) & 0xFFFFFFFF for j in range(3)]
+    writer.put(pa.table({"id": ids}))
+    writer.flush()
+    writer.check_fence()
+    s = writer.stats()
+    pool.give("k", KeptWriter(shard, writer, held))
+    return (s.epoch, (before or 0) + 1 if kept else s.first_wal_position, s.last_wal_position,
+            ids, kept is not None)
 
 
 def test_two_processes_taking_turns_on_a_shard_never_write_into_each_others_ranges(location):
-    """Two processes' kept writers and fresh claims racing on one shard: every task that
-    succeeded owns its WAL range, at its epoch, holding exactly its rows."""
+    """Two processes (pools) take one shard in turns, two tasks each (the second continues
+    its kept writer), while the other process's task tries to lease it at the same
+    moment and is refused: every task that succeeded owns its WAL range, at its epoch,
+    holding exactly its rows."""
     import threading
 
     from memwal_datasource.wal import WalTailer
@@ -146,21 +139,30 @@ def test_two_processes_taking_turns_on_a_shard_never_write_into_each_others_rang
     shard = str(uuid.uuid4())
     pools = [WriterPool(idle_s=3600, max_age_s=3600, reaper=False) for _ in range(2)]
     out: list = []
-    errors: list = []
-    threads = [threading.Thread(target=_turns, args=(location, p, shard, f"p{n}", 12, out,
-                                                     errors)) for n, p in enumerate(pools)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
+    for turn in range(8):
+        me = (turn // 2) % 2
+        refused: list = []
+
+        def attempt(turn=turn, refused=refused) -> None:
+            blocker = Leases(open_store(uri, opts)).try_take(shard, Holder(f"o{turn}", 0))[1]
+            refused.append(blocker is not None)
+
+        def between(attempt=attempt) -> None:  # the other process, while this task holds it
+            t = threading.Thread(target=attempt)
+            t.start()
+            t.join(60)
+
+        out.append(_task(location, pools[me], shard, f"p{me}-{turn}", between))
+        assert refused == [True], "a live task's lease keeps the other process off"
     for p in pools:
         p.close_all()
-    assert not errors, errors
-    assert len(out) >= 6, "tasks ran"
-    assert len({epoch for epoch, *_ in out}) >= 2, "the shard changed hands"
+    # Each process's second task continued its kept writer; each first one claimed.
+    assert [continued for *_x, continued in out] == [False, True] * 4
+    epochs = [epoch for epoch, *_ in out]
+    assert epochs == sorted(epochs) and len(set(epochs)) == 4
     tailer = WalTailer(open_store(uri, opts), shard)
     seen: set[int] = set()
-    for epoch, first, last, ids in out:
+    for epoch, first, last, ids, _continued in out:
         entries = list(tailer.entries(first, last))
         assert {e.writer_epoch for _p, e in entries} == {epoch}
         got = [v for _p, e in entries for b in e.batches for v in b.column("id").to_pylist()]
