@@ -56,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import os
 import re
 import threading
 import time
@@ -424,6 +425,11 @@ class _Renewer:
     """
 
     def __init__(self) -> None:
+        self._reset()
+        # A forked child has none of the parent's threads: it starts its own on first use.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._cond = threading.Condition()
         self._due: list[tuple[float, int, HeldLease]] = []
         self._seq = 0
