@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .errors import CorruptEntryError, MemWalError
 
@@ -58,8 +58,14 @@ class CommittedRange:
     sequence: int | None = None
 
 
+def shallow_dict(obj) -> dict:
+    """A dataclass's fields as a dict, values as they are (``asdict`` deep-copies every
+    value; on the commit path that copying cost more than the JSON encoding)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
 def _range_to_dict(r: CommittedRange) -> dict:
-    body = dict(asdict(r), sstables=list(r.sstables))
+    body = dict(shallow_dict(r), sstables=list(r.sstables))
     if body["sequence"] is None:
         del body["sequence"]
     return body
@@ -93,7 +99,7 @@ class Member:
     prior: int | None = None
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), ranges=[_range_to_dict(r) for r in self.ranges])
+        return dict(shallow_dict(self), ranges=[_range_to_dict(r) for r in self.ranges])
 
     @classmethod
     def from_dict(cls, d: dict) -> Member:
@@ -126,7 +132,7 @@ class CommitRecord:
 
     def to_json(self) -> bytes:
         """The record's storage form."""
-        body = asdict(self)
+        body = shallow_dict(self)
         body["format"] = 2 if self.members else 1
         body["ranges"] = [_range_to_dict(r) for r in self.ranges]
         if self.members:
