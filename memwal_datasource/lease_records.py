@@ -143,10 +143,9 @@ class Lease:
 
     def encode(self) -> bytes:
         """The JSON body of the lease file."""
-        # Field by field: asdict's deep copy of every value cost more than the JSON.
-        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        body["holder"] = {f.name: getattr(self.holder, f.name)
-                          for f in dataclasses.fields(self.holder)}  # flat
+        # Field by field (the names decode reads): asdict deep-copied every value.
+        body = {k: getattr(self, k) for k in _LEASE_FIELDS}
+        body["holder"] = {k: getattr(self.holder, k) for k in _HOLDER_FIELDS}
         return json.dumps(body, sort_keys=True).encode()
 
     @staticmethod
