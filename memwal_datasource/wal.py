@@ -95,10 +95,12 @@ class WalAppender:
         *,
         max_retries: int = 3,
         retry_base_delay_ms: int = 50,
+        manifests: ManifestStore | None = None,
     ):
         self.store = store
-        self.manifests = ManifestStore(store, shard_id, retries=max_retries,
-                                       retry_base_delay_ms=retry_base_delay_ms)
+        # The claim's own store knows the version it wrote: cheaper fence checks.
+        self.manifests = manifests or ManifestStore(store, shard_id, retries=max_retries,
+                                                    retry_base_delay_ms=retry_base_delay_ms)
         self.shard_id = self.manifests.shard_id
         self.epoch = epoch
         self.next_position = next_position
@@ -147,8 +149,8 @@ class WalAppender:
         tip = find_tip(store, manifests.shard_id, seed)
         hooks.point("open.tip", shard=manifests.shard_id, epoch=m.writer_epoch, tip=tip)
         appender = cls(store, manifests.shard_id, m.writer_epoch, tip,
-                       max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms)
-        appender.manifests = manifests  # it knows the version we claimed: cheaper fence checks
+                       max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms,
+                       manifests=manifests)
         if m.writer_epoch >= 2:
             res = appender._append_bytes(encode_sentinel(m.writer_epoch))
             appender.sentinel_position = res.position
