@@ -340,26 +340,29 @@ class Leases:
         """
         return self._extend(lease, "relabel", holder)
 
+    def _put_after(self, base: Lease, generation: int, kind: str, **changes) -> Lease | None:
+        """``base`` with ``changes`` written at ``generation + 1`` (a fresh nonce); the new
+        record, or ``None`` if another record holds that generation."""
+        new = dataclasses.replace(base, generation=generation + 1, nonce=uuid.uuid4().hex,
+                                  **changes)
+        return new if self._write(new, kind) else None
+
     def _extend(self, lease: Lease, kind: str, holder: Holder | None = None) -> Lease:
         """The next generation of ``lease``'s acquisition, a TTL from now (``holder``: named
         as its holder from now on)."""
         shard = lease.shard
-        if not lease.released:  # we know our generation: write the next one (a race lost
-            new = dataclasses.replace(  # to another holder reads the current one below)
-                lease, generation=lease.generation + 1, holder=holder or lease.holder,
-                expires_ms=self._now_ms() + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
-            if self._write(new, kind):
-                return new
+        # We know our generation: write the next one unread (a race lost to another
+        # holder reads the current one below).
+        base, gen = lease, lease.generation
         for _ in range(_MAX_RACES):
-            gen, cur = self._latest(shard)
-            if cur is None or cur.lease_id != lease.lease_id or cur.released:
-                raise LeaseLost(shard, lease, cur)
-            now = self._now_ms()
-            new = dataclasses.replace(cur, generation=gen + 1, holder=holder or cur.holder,
-                                      expires_ms=now + int(self.ttl_s * 1000),
-                                      nonce=uuid.uuid4().hex)
-            if self._write(new, kind):
-                return new
+            if not base.released:
+                new = self._put_after(base, gen, kind, holder=holder or base.holder,
+                                      expires_ms=self._now_ms() + int(self.ttl_s * 1000))
+                if new is not None:
+                    return new
+            gen, base = self._latest(shard)
+            if base is None or base.lease_id != lease.lease_id or base.released:
+                raise LeaseLost(shard, lease, base)
         raise StoreError(f"shard {shard}: gave up {kind}ing a lease after {_MAX_RACES} races")
 
     def release(self, lease: Lease) -> bool:
@@ -371,22 +374,18 @@ class Leases:
         """
         shard = lease.shard
         try:
-            if not lease.released:  # the next generation of ours, unread (see _extend)
-                new = dataclasses.replace(lease, generation=lease.generation + 1, released=True,
-                                          expires_ms=self._now_ms(), nonce=uuid.uuid4().hex)
-                if self._write(new, "release"):
-                    hooks.point("lease.released", shard=shard, generation=new.generation)
-                    return True
+            base, gen = lease, lease.generation  # first unread, as _extend
             for _ in range(_MAX_RACES):
-                gen, cur = self._latest(shard)
-                if cur is None or cur.lease_id != lease.lease_id:
+                if not base.released:
+                    new = self._put_after(base, gen, "release", released=True,
+                                          expires_ms=self._now_ms())
+                    if new is not None:
+                        hooks.point("lease.released", shard=shard, generation=new.generation)
+                        return True
+                gen, base = self._latest(shard)
+                if base is None or base.lease_id != lease.lease_id:
                     return False  # someone else holds it now: nothing of ours to release
-                if cur.released:
-                    return True
-                new = dataclasses.replace(cur, generation=gen + 1, released=True,
-                                          expires_ms=self._now_ms(), nonce=uuid.uuid4().hex)
-                if self._write(new, "release"):
-                    hooks.point("lease.released", shard=shard, generation=new.generation)
+                if base.released:
                     return True
             return False
         except Exception as exc:  # noqa: BLE001 - releasing is best effort by contract
