@@ -10,7 +10,10 @@ generation, its WAL entry, and the job its commit record.
 
 Placement: a task leases as any task does, its partition's slot first (so an
 uncontended job keeps its placement), then, where that slot is busy, a shard
-this process keeps a writer on before the next free one. A kept writer's lease
+this process keeps a writer on before the next free one. Where the slot is
+free but another process keeps a writer on it, a shard this process keeps
+one on comes first: Spark hands tasks to idle workers in turn, and two
+workers would otherwise claim one slot from each other on every turn. A kept writer's lease
 says it is idle
 (``Holder.kept``), so it counts as free for everyone: live jobs still never
 share a shard, and repeated jobs still write the same bounded set. Only when
@@ -66,6 +69,7 @@ class KeptWriter:
     shard: str
     writer: ShardWriter
     held: HeldLease
+    job_id: str = ""  # the job of the task that gave it back
     last_used: float = field(default_factory=time.monotonic)
     opened: float = field(default_factory=time.monotonic)
 
@@ -134,10 +138,12 @@ class WriterPool:
         kept.held = held
         return kept
 
-    def shards(self, key: Hashable) -> list[str]:
-        """Shards with a writer kept for ``key``, most recently used first."""
+    def shards(self, key: Hashable, not_job: str | None = None) -> list[str]:
+        """Shards with a writer kept for ``key`` (and last given back by a task of a job
+        other than ``not_job``), most recently used first."""
         with self._lock:
-            kept = [(w.last_used, k[1]) for k, w in self._kept.items() if k[0] == key]
+            kept = [(w.last_used, k[1]) for k, w in self._kept.items()
+                    if k[0] == key and (not_job is None or w.job_id != not_job)]
         return [s for _t, s in sorted(kept, reverse=True)]
 
     def drop_shard(self, shard: str) -> int:

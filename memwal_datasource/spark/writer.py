@@ -39,7 +39,7 @@ from ..commit import (
     Txn,
     stream_app_id,
 )
-from ..leases import HeldLease, Holder, Leases, NoFreeShard
+from ..leases import HeldLease, Holder, Lease, Leases, NoFreeShard
 from ..rehome import DRIVER_PARTITION, Rehomer
 from ..store import open_store
 from ..table import TableView
@@ -199,11 +199,41 @@ class _PoolShard:
     def _hold(self, lease) -> None:
         self.held = self.leases.hold(lease)
 
+    def _kept_by_another(self, lease: Lease) -> bool:
+        """Whether ``lease`` is an idle writer another process keeps."""
+        h, me = lease.holder, self.holder
+        return h.kept and (h.host, h.pid) != (me.host, me.pid)
+
+    def _lease_kept_instead(self, home: str) -> str | None:
+        """Where ``home`` is free but another process keeps a writer on it, a shard this
+        process keeps one on (no claim on either side), if one is free; else ``None``.
+
+        Spark hands tasks to idle Python workers in turn, so without this two
+        workers would take one slot in turns and each claim it anew. Only shards
+        already written move, so the table gains none; shards this job's own
+        tasks gave back are left out, so a job still spreads over its slots.
+        """
+        if not self.keepable or self.key is None:
+            return None
+        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id) if s != home]
+        if not kept:
+            return None
+        try:
+            shard, lease = self.leases.pick_free([home, *kept], self.holder,
+                                                 defer=self._kept_by_another)
+        except NoFreeShard:
+            return None
+        self._hold(lease)
+        return shard
+
     def _lease_from_pool(self) -> str:
         """Lease a shard of the writer group's pool: the partition's slot first."""
         opts, pid = self.opts, self.holder.partition
         if opts.num_shards:
             return self._lease_from_bounded_pool(opts.num_shards)
+        shard = self._lease_kept_instead(opts.shard_for(pid))
+        if shard is not None:
+            return shard
         for w in range(POOL_WINDOWS):
             slots = range(pid + w * POOL_WINDOW, pid + (w + 1) * POOL_WINDOW)
             order = [opts.shard_for(s) for s in slots]
@@ -270,7 +300,8 @@ class _PoolShard:
             self.writer.flush()
             self.writer.check_fence()  # as close() does: a fenced writer reports no success
             self.check()
-            POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held))
+            POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held,
+                                           job_id=self.holder.job_id))
             self.kept = True
         else:
             self.writer.close()

@@ -1,0 +1,79 @@
+"""Two Spark Python workers taking turns on one partition's slot, each keeping writers.
+
+Spark hands tasks to its idle Python workers in turn, so the one-partition tasks
+of repeated jobs (or a stream's micro-batches) alternate between two processes.
+A task whose slot is free but kept by the other process's writer takes a shard
+its own process keeps a writer on instead, so neither claims the other's shard
+on every turn, and the table gains no shard. Two real processes (spawned), on
+local disk and the S3 server.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from memwal_datasource.commit import CommitLog
+from memwal_datasource.leases import Holder, Leases
+from memwal_datasource.spark.options import WriteOptions
+from memwal_datasource.store import open_store
+from memwal_datasource.table import create_table, read_table
+from tests.spark import placement_worker
+
+
+class Worker:
+    def __init__(self, ctx, uri: str, opts: dict[str, str]):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=placement_worker.serve, args=(uri, opts, child))
+        self.proc.start()
+
+    def append(self, ids: list[int]) -> tuple:
+        self.conn.send(ids)
+        assert self.conn.poll(120), "the worker answered"
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send(None)
+        assert self.conn.poll(120) and self.conn.recv() == "closed"
+        self.proc.join(60)
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_two_workers_taking_turns_on_one_slot_each_continue_their_own_shard(location):
+    uri, opts = location
+    home = WriteOptions.parse({"path": uri}).shard_for(0)
+    create_table(uri, placement_worker.SCHEMA, storage_options=opts)
+    ctx = mp.get_context("spawn")
+    a, b = Worker(ctx, uri, opts), Worker(ctx, uri, opts)
+    try:
+        first_a = a.append([0])  # a keeps a writer on the slot's shard
+        assert first_a[0] == home
+        # Another job holds the slot while b appends: b takes the next free shard and
+        # keeps it. Then a's next task continues its own writer on the slot.
+        leases = Leases(open_store(uri, opts))
+        blocker = leases.acquire(home, Holder("another job", 0))
+        first_b = b.append([1])
+        leases.release(blocker)
+        assert first_b[0] != home
+        turns = []
+        for i in range(2, 10):  # the workers take turns, as Spark hands out tasks
+            turns.append(((a, b)[i % 2] is a, (a, b)[i % 2].append([i])))
+    finally:
+        a.stop()
+        b.stop()
+    by_worker = {True: [], False: []}
+    for is_a, res in turns:
+        by_worker[is_a].append(res)
+    # Each worker stayed on one shard at one epoch: no task claimed anew.
+    a_shards = {(s, e) for s, e, _f, _l in by_worker[True]}
+    b_shards = {(s, e) for s, e, _f, _l in by_worker[False]}
+    assert len(a_shards) == 1 and len(b_shards) == 1, (a_shards, b_shards)
+    assert {s for s, _e in a_shards | b_shards} == {home, first_b[0]}, "no shard gained"
+    assert first_b[:2] in b_shards
+    # Every row committed once, each range where its task wrote it.
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == list(range(10))
+    ranges = [(r.shard_id, r.first, r.last) for rec in CommitLog(open_store(uri, opts)).records()
+              for r in rec.ranges]
+    assert sorted(ranges) == sorted((s, f, last) for s, _e, f, last in
+                                    [first_a, first_b, *(res for _a, res in turns)])
