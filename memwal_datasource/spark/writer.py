@@ -204,7 +204,7 @@ class _PoolShard:
         h, me = lease.holder, self.holder
         return h.kept and (h.host, h.pid) != (me.host, me.pid)
 
-    def _lease_kept_instead(self, home: str) -> str | None:
+    def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
         """Where ``home`` is free but another process keeps a writer on it, a shard this
         process keeps one on (no claim on either side), if one is free; else ``None``.
 
@@ -212,10 +212,12 @@ class _PoolShard:
         workers would take one slot in turns and each claim it anew. Only shards
         already written move, so the table gains none; shards this job's own
         tasks gave back are left out, so a job still spreads over its slots.
+        With ``pool`` (``num_shards``), only shards in it.
         """
         if not self.keepable or self.key is None:
             return None
-        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id) if s != home]
+        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id)
+                if s != home and (pool is None or s in pool)]
         if not kept:
             return None
         try:
@@ -260,6 +262,9 @@ class _PoolShard:
         opts, holder, leases = self.opts, self.holder, self.leases
         pool = self._kept_after_home([opts.shard_for(holder.partition + i) for i in range(n)],
                                      within=True)
+        shard = self._lease_kept_instead(pool[0], pool)
+        if shard is not None:
+            return shard
         waited, delay = 0.0, 0.05
         while True:
             try:

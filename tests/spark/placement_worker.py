@@ -16,10 +16,10 @@ from memwal_datasource.writer_pool import POOL
 SCHEMA = pa.schema([("id", pa.int64())])
 
 
-def serve(uri: str, opts: dict[str, str], conn) -> None:
+def serve(uri: str, opts: dict[str, str], conn, **options: str) -> None:
     """Answer each ``[ids]`` with ``(shard, epoch, first, last)`` of the committed task;
-    ``None`` ends it (kept writers closed)."""
-    writer = MemWalBatchWriter(WriteOptions.parse({"path": uri, **{
+    ``None`` ends it (kept writers closed). ``options``: write options."""
+    writer = MemWalBatchWriter(WriteOptions.parse({"path": uri, **options, **{
         f"storage.{k}": v for k, v in opts.items()}}), SCHEMA, overwrite=False)
     while (ids := conn.recv()) is not None:
         batch = pa.record_batch([pa.array(ids, pa.int64())], schema=SCHEMA)

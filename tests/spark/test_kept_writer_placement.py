@@ -23,9 +23,10 @@ from tests.spark import placement_worker
 
 
 class Worker:
-    def __init__(self, ctx, uri: str, opts: dict[str, str]):
+    def __init__(self, ctx, uri: str, opts: dict[str, str], options: dict[str, str]):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=placement_worker.serve, args=(uri, opts, child))
+        self.proc = ctx.Process(target=placement_worker.serve, args=(uri, opts, child),
+                                kwargs=options)
         self.proc.start()
 
     def append(self, ids: list[int]) -> tuple:
@@ -39,13 +40,14 @@ class Worker:
         self.proc.join(60)
 
 
+@pytest.mark.parametrize("options", [{}, {"num_shards": "2"}], ids=["pool", "num_shards"])
 @pytest.mark.parametrize("backend", ["local", "s3"])
-def test_two_workers_taking_turns_on_one_slot_each_continue_their_own_shard(location):
+def test_two_workers_taking_turns_on_one_slot_each_continue_their_own_shard(location, options):
     uri, opts = location
-    home = WriteOptions.parse({"path": uri}).shard_for(0)
+    home = WriteOptions.parse({"path": uri, **options}).shard_for(0)
     create_table(uri, placement_worker.SCHEMA, storage_options=opts)
     ctx = mp.get_context("spawn")
-    a, b = Worker(ctx, uri, opts), Worker(ctx, uri, opts)
+    a, b = Worker(ctx, uri, opts, options), Worker(ctx, uri, opts, options)
     try:
         first_a = a.append([0])  # a keeps a writer on the slot's shard
         assert first_a[0] == home
