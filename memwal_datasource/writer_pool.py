@@ -12,7 +12,7 @@ Placement: a task leases as any task does, its partition's slot first (so an
 uncontended job keeps its placement), then, where that slot is busy, a shard
 this process keeps a writer on before the next free one. Where the slot is
 free but another process keeps a writer on it, a shard this process keeps
-one on comes first: Spark hands tasks to idle workers in turn, and two
+one on for the same partition (never another partition's slot) comes first: Spark hands tasks to idle workers in turn, and two
 workers would otherwise claim one slot from each other on every turn. A kept writer's lease
 says it is idle
 (``Holder.kept``), so it counts as free for everyone: live jobs still never
@@ -70,6 +70,7 @@ class KeptWriter:
     writer: ShardWriter
     held: HeldLease
     job_id: str = ""  # the job of the task that gave it back
+    partition: int = -1  # and its partition
     last_used: float = field(default_factory=time.monotonic)
     opened: float = field(default_factory=time.monotonic)
 
@@ -138,12 +139,14 @@ class WriterPool:
         kept.held = held
         return kept
 
-    def shards(self, key: Hashable, not_job: str | None = None) -> list[str]:
+    def shards(self, key: Hashable, not_job: str | None = None,
+               partition: int | None = None) -> list[str]:
         """Shards with a writer kept for ``key`` (and last given back by a task of a job
-        other than ``not_job``), most recently used first."""
+        other than ``not_job``, of partition ``partition``), most recently used first."""
         with self._lock:
             kept = [(w.last_used, k[1]) for k, w in self._kept.items()
-                    if k[0] == key and (not_job is None or w.job_id != not_job)]
+                    if k[0] == key and (not_job is None or w.job_id != not_job)
+                    and (partition is None or w.partition == partition)]
         return [s for _t, s in sorted(kept, reverse=True)]
 
     def drop_shard(self, shard: str) -> int:

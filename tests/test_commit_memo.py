@@ -16,6 +16,7 @@ import pytest
 from memwal_datasource import commit_reader
 from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
 from memwal_datasource.commit_reader import forget_folds
+from memwal_datasource.errors import OutcomeUnknown
 from tests.test_commit import CountingStore, _expected, _fill
 
 
@@ -107,28 +108,37 @@ def test_warm_committers_racing_a_collector_commit_each_job_once(any_store, monk
     """Three committers (threads sharing this process's folds) and a collector that
     checkpoints and deletes below it, at once: every job lands once, in the fold.
 
-    The protocol's clocks, scaled down 30x so the collector reaches the committers'
+    The protocol's clocks, scaled down 10x so the collector reaches the committers'
     records within the test: a commit re-checks after COMMIT_DEADLINE_S, and the
-    collector's grace is three of those (gc.MIN_RETAIN_SECONDS is 3 x 10 s).
+    collector's grace is three of those (gc.MIN_RETAIN_SECONDS is 3 x 10 s). A
+    commit that itself took longer than that grace (a thread starved on a loaded
+    machine) may find its records collected: its designed answer is
+    ``OutcomeUnknown``, and its job may or may not have landed.
     """
     from memwal_datasource import commit as commit_mod
 
-    monkeypatch.setattr(commit_mod, "COMMIT_DEADLINE_S", 0.33)
-    monkeypatch.setattr(commit_mod, "INTENT_MAX_AGE_S", 0.33)
-    monkeypatch.setattr(commit_mod, "LEADER_WAIT_S", 0.07)
-    stop, errors, deleted = threading.Event(), [], []
+    monkeypatch.setattr(commit_mod, "COMMIT_DEADLINE_S", 1.0)
+    monkeypatch.setattr(commit_mod, "INTENT_MAX_AGE_S", 1.0)
+    monkeypatch.setattr(commit_mod, "LEADER_WAIT_S", 0.2)
+    stop, errors, deleted, unknown = threading.Event(), [], [], []
     done = [0, 0, 0]  # jobs committed, per committer
-    grace_s = 1.0
+    grace_s = 3.0
     deadline = time.monotonic() + 120
 
     def commit(w: int) -> None:
         # Until the collector has deleted records under the committers (and 10 jobs each).
         try:
             while (done[w] < 10 or not deleted) and time.monotonic() < deadline:
-                i = done[w]
-                CommitLog(any_store, retry_base_delay_ms=1).append(
-                    APPEND, [CommittedRange(f"w{w}", 1, i + 1, i + 1, rows=1, task=0)],
-                    job_id=f"w{w}-{i}")
+                i, t0 = done[w], time.monotonic()
+                try:
+                    CommitLog(any_store, retry_base_delay_ms=1).append(
+                        APPEND, [CommittedRange(f"w{w}", 1, i + 1, i + 1, rows=1, task=0)],
+                        job_id=f"w{w}-{i}")
+                except OutcomeUnknown:
+                    if time.monotonic() - t0 < grace_s:
+                        raise  # within the grace: a collector must never cause it
+                    unknown.append((f"w{w}", i + 1))
+                    return
                 done[w] += 1
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
@@ -170,4 +180,5 @@ def test_warm_committers_racing_a_collector_commit_each_job_once(any_store, monk
     visible = CommitLog(any_store).visible()
     assert warm == visible
     got = sorted((r.shard_id, r.first) for r in visible)  # each job once (group records
-    assert got == sorted((f"w{w}", i + 1) for w in range(3) for i in range(done[w]))  # hold many)
+    want = sorted((f"w{w}", i + 1) for w in range(3) for i in range(done[w]))  # hold many)
+    assert sorted(set(got) - set(unknown)) == want and len(got) == len(set(got))

@@ -209,14 +209,17 @@ class _PoolShard:
         process keeps one on (no claim on either side), if one is free; else ``None``.
 
         Spark hands tasks to idle Python workers in turn, so without this two
-        workers would take one slot in turns and each claim it anew. Only shards
-        already written move, so the table gains none; shards this job's own
-        tasks gave back are left out, so a job still spreads over its slots.
-        With ``pool`` (``num_shards``), only shards in it.
+        workers would take one slot in turns and each claim it anew. Only a shard
+        an earlier task of the same partition (of another job) wrote qualifies,
+        where it went because this slot was busy: never another partition's
+        slot, which that partition's task of this job will want, so a job's
+        placement over its partitions' slots is unchanged and the table gains
+        no shard. With ``pool`` (``num_shards``), only shards in it.
         """
         if not self.keepable or self.key is None:
             return None
-        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id)
+        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id,
+                                       partition=self.holder.partition)
                 if s != home and (pool is None or s in pool)]
         if not kept:
             return None
@@ -306,7 +309,8 @@ class _PoolShard:
             self.writer.check_fence()  # as close() does: a fenced writer reports no success
             self.check()
             POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held,
-                                           job_id=self.holder.job_id))
+                                           job_id=self.holder.job_id,
+                                           partition=self.holder.partition))
             self.kept = True
         else:
             self.writer.close()
