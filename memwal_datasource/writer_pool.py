@@ -12,10 +12,10 @@ Placement: a task leases as any task does, its partition's slot first (so an
 uncontended job keeps its placement), then, where that slot is busy, a shard
 this process keeps a writer on before the next free one. Where the slot is
 free but another process keeps a writer on it, a shard this process keeps
-one on for the same partition (never another partition's slot) comes first: Spark hands tasks to idle workers in turn, and two
-workers would otherwise claim one slot from each other on every turn. A kept writer's lease
-says it is idle
-(``Holder.kept``), so it counts as free for everyone: live jobs still never
+one on for the same partition (never another partition's slot) comes first:
+Spark hands tasks to idle workers in turn, and two workers would otherwise
+claim one slot from each other on every turn. A kept writer's lease says it
+is idle (``Holder.kept``), so it counts as free for everyone: live jobs still never
 share a shard, and repeated jobs still write the same bounded set. Only when
 the task's lease replaced this process's kept writer's own lease record,
 nobody held the shard in between, and the task takes that writer instead of
