@@ -122,57 +122,6 @@ class WalOnlyShardWriter(ShardWriter):
         self._sync()
         self._raise_if_failed()
 
-    def write_through(self, batches) -> None:
-        """``put(batches)`` then ``flush()``, with fewer hand-offs between threads.
-
-        When nothing is queued or in flight and the rows fit one entry, the
-        calling thread cuts and encodes the entry itself and hands it straight to
-        the PUT thread, then makes it durable in this thread: a small task's one
-        entry skips the flusher and the sync thread (on 2 busy cores each hand-off
-        waits for a core). The entry, its order and every wait, error and stall
-        are the same as through :meth:`put`.
-        """
-        items = [check_schema(self.shard_id, self.schema, b) for b in as_batches(batches)]
-        items = [b for b in items if b.num_rows]
-        with self._cond:
-            self._raise_if_failed()
-            sizes = [b.get_total_buffer_size() for b in items]
-            direct = (items and not self._closing and not self._pending
-                      and self._inflight is None
-                      and sum(sizes) <= max(self.config.max_wal_buffer_size, sizes[0]))
-            if direct:
-                self._cut_now(items, sizes)
-        if not direct:
-            self.put(items)
-        self.flush()
-
-    def _cut_now(self, items: list[pa.RecordBatch], sizes: list[int]) -> None:
-        """Queue ``items`` as one entry already cut and hand it to the PUT thread (holding
-        the condition, with nothing queued or in flight: the flusher has nothing to cut,
-        and an entry it cuts from later puts waits for this one)."""
-        started, size = time.monotonic(), sum(sizes)
-        take = []
-        for batch, nbytes in zip(items, sizes, strict=True):
-            self._seq += 1
-            take.append(_Pending(batch, nbytes, self._seq, started))
-            self._stats.rows += batch.num_rows
-            self._stats.bytes += nbytes
-            self._stats.rows_not_durable += batch.num_rows
-        self._stats.puts += 1
-        self._pending.extend(take)
-        self._pending_bytes += size
-        self._taken += len(take)
-        self._taken_bytes += size
-        try:
-            data = encode_wal_buffer(self._entry_schema, items, self.epoch)
-        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
-            self._fail(exc)
-            raise
-        fut = self._putter.submit(self._appender.append_encoded, data)
-        self._inflight = fut
-        fut.add_done_callback(
-            lambda f: self._landed(f, take, size, started, behind=False))
-
     def check_fence(self) -> None:
         """Raise :class:`Fenced` if a newer epoch took the shard since this writer's
         last append (a kept writer checks before another task uses it)."""
@@ -374,9 +323,8 @@ class WalOnlyShardWriter(ShardWriter):
         log.error("shard %s: WAL flush failed: %s", self.shard_id, exc)
 
     def _landed(self, fut: futures.Future, take: list[_Pending], size: int,
-                started: float, behind: bool = True) -> None:
-        """PUT-thread callback: the entry landed (or the writer has failed); ``behind``:
-        the sync thread syncs it (else the flush waiting for it does)."""
+                started: float) -> None:
+        """PUT-thread callback: the entry is durable (or the writer has failed)."""
         exc = fut.exception()
         if exc is not None:
             with self._cond:
@@ -405,5 +353,5 @@ class WalOnlyShardWriter(ShardWriter):
                 put_s=res.put_seconds, total_s=done - take[0].enqueued, rows=rows,
                 nbytes=res.nbytes, position=res.position))
             self._cond.notify_all()
-        if self._syncer is not None and behind:
+        if self._syncer is not None:
             self._sync_behind()

@@ -83,12 +83,6 @@ class ShardWriter(ABC):
     def flush(self) -> None:
         """Make everything put so far durable."""
 
-    def write_through(self, batches: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]
-                      ) -> None:
-        """``put(batches)`` then ``flush()``: a task's last rows, durable on return."""
-        self.put(batches)
-        self.flush()
-
     @abstractmethod
     def close(self) -> None:
         """Flush and release resources; raises if rows could not be made durable."""

@@ -369,17 +369,10 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
             lease_s=turns.lease_s)
     pool = _PoolShard(opts, holder, leases)
     try:
-        last = None  # held back: the task's last rows go through write_through
         for batch in batches:
             pool.check()
             if batch.num_rows:  # the pool's shard, leased at the first row
-                if last is not None:
-                    pool.writer.put(last)
-                last = batch
-                if pool.writer is None:
-                    pool.open(schema)
-        if last is not None:
-            pool.writer.write_through(last)
+                (pool.writer or pool.open(schema)).put(batch)
         t1 = time.perf_counter()
         pool.close()
     except BaseException:
