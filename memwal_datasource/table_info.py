@@ -13,9 +13,9 @@ change once written. So:
   iff a manifest is there, and the latest version is the highest one listed.
 * **a version's description** (:class:`TableInfo`) is read once with pylance
   by the first writer that needs it and kept in
-  ``_memwal_tables/{v:020d}.json``, with the manifest's modification time (a
-  table deleted and made anew at the same place reuses version numbers, not
-  manifests); later planners read that small file instead, and each process
+  ``_memwal_tables/{v:020d}.json``, with the manifest's version tag (its
+  ETag and time: a table deleted and made anew at the same place reuses
+  version numbers, not manifests); later planners read that small file instead, and each process
   keeps what it read.
 """
 
@@ -42,14 +42,14 @@ log = logging.getLogger("memwal_datasource")
 
 VERSIONS_DIR = "_versions"
 INFO_DIR = "_memwal_tables"
-INFO_FORMAT = 1
+INFO_FORMAT = 2  # 2: the manifest's version tag (1: its modification time)
 # Descriptions of older versions are removed when a newer one is kept (a planner
 # that listed an older version a moment ago reads it from pylance instead).
 KEEP_INFOS = 4
 _U64_MAX = (1 << 64) - 1
 _CACHE_SIZE = 64
 
-_cache: dict[tuple[str, int, int | None], TableInfo] = {}
+_cache: dict[tuple[str, int, str | None], TableInfo] = {}
 _lock = threading.Lock()
 
 
@@ -67,6 +67,46 @@ def latest_manifest(store: ObjectStore) -> tuple[int, str] | None:
     found = [(v, k) for k in store.list(f"{VERSIONS_DIR}/")
              if (v := manifest_version(k)) is not None]
     return max(found, default=None)
+
+
+def manifest_keys(version: int) -> tuple[str, str]:
+    """Where version ``version``'s manifest is: its V2 name, then its V1 name."""
+    return (f"{VERSIONS_DIR}/{_U64_MAX - version:020d}.manifest",
+            f"{VERSIONS_DIR}/{version}.manifest")
+
+
+@dataclass(frozen=True)
+class TableStamp:
+    """Which table a writer works on: a Lance version and its manifest's version tag.
+
+    A table deleted and made anew at the same path reuses version numbers (and
+    a writer group's shard ids), not manifests: a long-lived writer (a kept
+    one) checks its stamp before it writes again, so it never writes into the
+    new table's shards.
+    """
+
+    version: int
+    manifest_tag: str
+
+    @classmethod
+    def of(cls, info: TableInfo) -> TableStamp | None:
+        return None if info.manifest_tag is None else cls(info.version, info.manifest_tag)
+
+    def still_there(self, store: ObjectStore) -> bool:
+        """Whether the table at ``store`` is still this one: this version's manifest is
+        there, the same object (one or two HEADs)."""
+        for key in manifest_keys(self.version):
+            tag = store.version_tag(key)
+            if tag is not None:
+                return tag == self.manifest_tag
+        return False  # removed (a new table, or old versions cleaned up): cannot tell
+
+    def same_table(self, later: TableStamp | None, store: ObjectStore) -> bool:
+        """Whether ``later`` (what a planner read since) is of the same table: equal,
+        or a later version while this one's manifest is still there."""
+        if later is None or later.version < self.version:
+            return False
+        return later == self or (later.version > self.version and self.still_there(store))
 
 
 def lance_table_exists(store: ObjectStore) -> bool:
@@ -97,16 +137,16 @@ class TableInfo:
     sharding_spec: Mapping[str, Any] | None = None
     sharding_columns: tuple[str, ...] = ()
     has_mem_wal: bool = True
-    manifest_ms: int | None = None  # the manifest's modification time, to spot a new table
+    manifest_tag: str | None = None  # the manifest's version tag, to spot a new table
 
     @classmethod
-    def of_dataset(cls, ds, manifest_ms: int | None = None) -> TableInfo:
+    def of_dataset(cls, ds, manifest_tag: str | None = None) -> TableInfo:
         """The description of an open pylance dataset."""
         details = ds.mem_wal_index_details()
         spec = spec_of(details, ds.lance_schema, ds.uri)
         return cls(ds.version, ds.schema, field_ids(ds),
                    None if spec is None else dict(spec.spec),
-                   () if spec is None else spec.columns, details is not None, manifest_ms)
+                   () if spec is None else spec.columns, details is not None, manifest_tag)
 
     def sharding(self, uri: str, storage: Mapping[str, str] | None = None) -> Sharding | None:
         """The sharding of the table at ``uri``, as
@@ -122,7 +162,7 @@ class TableInfo:
 
     def to_json(self) -> bytes:
         return json.dumps({
-            "format": INFO_FORMAT, "version": self.version, "manifest_ms": self.manifest_ms,
+            "format": INFO_FORMAT, "version": self.version, "manifest_tag": self.manifest_tag,
             "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
             "field_ids": _ids_to_json(self.field_ids), "sharding_spec": self.sharding_spec,
             "sharding_columns": list(self.sharding_columns), "has_mem_wal": self.has_mem_wal,
@@ -136,7 +176,7 @@ class TableInfo:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["schema"])))
         return cls(int(raw["version"]), schema, _ids_from_json(raw["field_ids"]),
                    raw["sharding_spec"], tuple(raw["sharding_columns"]),
-                   bool(raw["has_mem_wal"]), raw["manifest_ms"])
+                   bool(raw["has_mem_wal"]), raw["manifest_tag"])
 
 
 @dataclass(frozen=True)
@@ -186,7 +226,7 @@ def info_key(version: int) -> str:
     return f"{INFO_DIR}/{version:020d}.json"
 
 
-def _read_kept(store: ObjectStore, version: int, manifest_ms: int | None) -> TableInfo | None:
+def _read_kept(store: ObjectStore, version: int, manifest_tag: str | None) -> TableInfo | None:
     try:
         info = TableInfo.from_json(store.get(info_key(version)))
     except FileNotFoundError:
@@ -194,7 +234,7 @@ def _read_kept(store: ObjectStore, version: int, manifest_ms: int | None) -> Tab
     except (ValueError, KeyError, TypeError) as exc:  # a damaged file is rewritten
         log.debug("ignoring %s: %s", store.describe(info_key(version)), exc)
         return None
-    if info.version != version or info.manifest_ms != manifest_ms:
+    if info.version != version or info.manifest_tag != manifest_tag:
         return None  # another table's version of the same number
     return info
 
@@ -239,19 +279,19 @@ def describe_table(uri: str, storage: Mapping[str, str] | None = None, *,
     if latest is None:
         return None
     version, key = latest
-    stamp = store.modified_ms(key)
-    cache_key = (uri, version, stamp)
+    tag = store.version_tag(key)
+    cache_key = (uri, version, tag)
     with _lock:
         info = _cache.get(cache_key)
     if info is not None:
         return info
-    info = _read_kept(store, version, stamp)
+    info = _read_kept(store, version, tag)
     if info is None:
         ds = _open_version(uri, storage, version)
         if ds.version != version:
-            stamp = None  # not the listed version: described, not kept
-        info = TableInfo.of_dataset(ds, stamp)
-        if remember and stamp is not None:
+            tag = None  # not the listed version: described, not kept
+        info = TableInfo.of_dataset(ds, tag)
+        if remember and tag is not None:
             keep(store, info)
     remember_info(uri, info)
     return info
@@ -262,7 +302,7 @@ def remember_info(uri: str, info: TableInfo) -> None:
     with _lock:
         if len(_cache) >= _CACHE_SIZE:
             _cache.pop(next(iter(_cache)))
-        _cache[(uri, info.version, info.manifest_ms)] = info
+        _cache[(uri, info.version, info.manifest_tag)] = info
 
 
 def describe_created(uri: str, storage: Mapping[str, str] | None, ds, *,
@@ -271,9 +311,9 @@ def describe_created(uri: str, storage: Mapping[str, str] | None, ds, *,
     kept so that the first write after it needs no pylance."""
     store = store or open_store(uri, storage)
     latest = latest_manifest(store)
-    stamp = store.modified_ms(latest[1]) if latest and latest[0] == ds.version else None
-    info = TableInfo.of_dataset(ds, stamp)
-    if stamp is not None:
+    tag = store.version_tag(latest[1]) if latest and latest[0] == ds.version else None
+    info = TableInfo.of_dataset(ds, tag)
+    if tag is not None:
         keep(store, info)
         remember_info(uri, info)
     return info

@@ -37,10 +37,18 @@ claiming anew. The rules that keep fencing the guarantee:
   durable and re-checked its fence; a task that failed closes it (its entries
   stay uncommitted). Giving it back writes one lease generation (idle, kept),
   as a release would.
+* A writer is taken only by a task of the same table: the one its planner
+  read (a Lance version and its manifest's modification time,
+  :class:`~memwal_datasource.table_info.TableStamp`), or a later version of it
+  while the writer's version is still there. A table deleted and made anew at
+  the same path reuses the shard ids, and a new epoch there may equal the
+  kept writer's: its fence check could not tell.
 * After ``idle_s`` without a task, or ``max_age_s`` after it opened, a kept
   writer is closed: replay position moved past its entries, lease released.
-  Process exit closes every kept writer; a killed process's lease says idle, so
-  the next task takes the shard at once (its claim fences the dead writer).
+  Closing checks the table first (a HEAD): a writer whose table was replaced
+  lets go without writing. Process exit closes every kept writer; a killed
+  process's lease says idle, so the next task takes the shard at once (its
+  claim fences the dead writer).
 """
 
 from __future__ import annotations
@@ -51,10 +59,15 @@ import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import MemWalError
 from .leases import HeldLease, Holder, Lease
 from .writer_base import ShardWriter
+
+if TYPE_CHECKING:
+    from .store import ObjectStore
+    from .table_info import TableStamp
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +84,30 @@ class KeptWriter:
     held: HeldLease
     job_id: str = ""  # the job of the task that gave it back
     partition: int = -1  # and its partition
+    stamp: TableStamp | None = None  # the table it writes (None: not checked)
+    store: ObjectStore | None = None  # where to check it
     last_used: float = field(default_factory=time.monotonic)
     opened: float = field(default_factory=time.monotonic)
 
+    def table_replaced(self) -> bool:
+        """Whether the table this writer was opened on is gone (or cannot be told)."""
+        if self.stamp is None or self.store is None:
+            return False
+        try:
+            return not self.stamp.still_there(self.store)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: let go without writing
+            log.info("memwal: cannot check the table of the kept writer of shard %s: %s",
+                     self.shard, exc)
+            return True
+
     def close(self) -> None:
-        """Close the writer (durable, replay position moved), then let go of the lease."""
+        """Close the writer (durable, replay position moved), then let go of the lease;
+        only let go if its table was deleted (and maybe made anew) meanwhile."""
+        if self.table_replaced():
+            log.info("memwal: the table of the kept writer of shard %s was replaced at its "
+                     "path; letting go without writing", self.shard)
+            self.drop()
+            return
         try:
             self.writer.close()
         except MemWalError as exc:  # fenced meanwhile, say: nothing of a task's is at stake
@@ -112,12 +144,13 @@ class WriterPool:
         self._wake = threading.Event()
 
     def take(self, key: Hashable, shard: str, replaced: Lease | None,
-             held: HeldLease) -> KeptWriter | None:
+             held: HeldLease, stamp: TableStamp | None = None) -> KeptWriter | None:
         """The writer kept for ``key`` on ``shard``, now under ``held``, or ``None``.
 
         ``held`` is the task's new lease on ``shard`` and ``replaced`` the record
         it replaced: the kept writer is taken only if that was its own (nobody held
-        the shard in between); otherwise it is dropped and the task claims anew.
+        the shard in between) and ``stamp``, the table the task's planner read, is
+        of the writer's table; otherwise it is dropped and the task claims anew.
         """
         with self._lock:
             kept = self._kept.pop((key, shard), None)
@@ -125,7 +158,9 @@ class WriterPool:
             return None
         ours = replaced is not None and replaced.lease_id == kept.held.lease.lease_id
         why = ("another holder came between" if not ours else
-               "past its age" if time.monotonic() - kept.opened >= self.max_age_s else None)
+               "past its age" if time.monotonic() - kept.opened >= self.max_age_s else
+               "the table was replaced at its path" if not self._same_table(kept, stamp)
+               else None)
         if why is None:
             try:  # a claim that took no lease (a native writer, say): two requests
                 kept.writer.check_fence()
@@ -136,8 +171,19 @@ class WriterPool:
             kept.drop()
             return None
         kept.held.abandon()  # the task's lease replaced it
-        kept.held = held
+        kept.held, kept.stamp = held, stamp
         return kept
+
+    @staticmethod
+    def _same_table(kept: KeptWriter, stamp: TableStamp | None) -> bool:
+        if kept.stamp is None or stamp is None:
+            return kept.stamp is None and stamp is None  # neither checks (tests, memory)
+        try:
+            return kept.stamp.same_table(stamp, kept.store)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: claim anew
+            log.info("memwal: cannot check the table of the kept writer of shard %s: %s",
+                     kept.shard, exc)
+            return False
 
     def shards(self, key: Hashable, not_job: str | None = None,
                partition: int | None = None) -> list[str]:

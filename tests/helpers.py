@@ -58,6 +58,9 @@ class DelegatingStore(ObjectStore):
     def modified_ms(self, key):
         return self.inner.modified_ms(key)
 
+    def version_tag(self, key):
+        return self.inner.version_tag(key)
+
     def now_ms(self):
         return self.inner.now_ms()
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
@@ -30,6 +31,9 @@ from .option_table import (
     check_known,
     flag,
 )
+
+if TYPE_CHECKING:
+    from ..table_info import TableStamp
 
 # WAL-only Spark tasks queue at most this many WAL entries' worth of batches.
 SPARK_QUEUE_ENTRIES = 2
@@ -120,6 +124,8 @@ class WriteOptions:
     lease_ttl_s: float = DEFAULT_TTL_S
     # A first attempt may continue a writer its Python worker kept (writer_pool).
     keep_writers: bool = False
+    # The table the job's planner read: a kept writer continues only on the same one.
+    table_stamp: TableStamp | None = None
     # enable_memtable was not set: the table's primary key decides (see with_table_key).
     memtable_auto: bool = False
     # The writer options set explicitly (Spark defaults apply to the others).

@@ -21,7 +21,7 @@ from ..format import MEM_WAL_DIR
 from ..sharding import check_requested
 from ..store import ObjectStore, open_store
 from ..table import data_schema, primary_key_of, schema_mismatch, without_row_key
-from ..table_info import TableInfo, describe_created, describe_table
+from ..table_info import TableInfo, TableStamp, describe_created, describe_table
 from .deletes import prepare_delete
 from .options import WriteOptions
 from .schema import align_timestamps, check_key_types, table_schema_for
@@ -124,4 +124,5 @@ def prepare_writer_options(opts: WriteOptions, schema: pa.Schema,
     if sharding is not None and opts.num_shards:
         raise ConfigError(f"option 'num_shards' does not apply: the table at {opts.path} is "
                           f"sharded by {sharding.describe()}, which decides the shards")
-    return replace(opts, sharding=sharding, field_ids=table.field_ids)
+    return replace(opts, sharding=sharding, field_ids=table.field_ids,
+                   table_stamp=TableStamp.of(table))

@@ -164,7 +164,7 @@ class _PoolShard:
         self.lease_s += t1 - t0
         if self.keepable:
             kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
-                             self.held)
+                             self.held, self.opts.table_stamp)
             if kept is not None:  # the shard any task would take, and our writer holds it
                 self.writer, self.before = kept.writer, kept.writer.stats()
                 self.open_s += time.perf_counter() - t1
@@ -310,7 +310,9 @@ class _PoolShard:
             self.check()
             POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held,
                                            job_id=self.holder.job_id,
-                                           partition=self.holder.partition))
+                                           partition=self.holder.partition,
+                                           stamp=self.opts.table_stamp,
+                                           store=self.leases.store))
             self.kept = True
         else:
             self.writer.close()

@@ -144,6 +144,13 @@ class ObjectStore(ABC):
         """When ``key`` was last written, in ms since the epoch on the store's clock
         (the server's for object stores); ``None`` if absent."""
 
+    def version_tag(self, key: str) -> str | None:
+        """An opaque tag of the object now at ``key`` that differs for an object written
+        there anew, even in the same second (the ETag and time on object stores);
+        ``None`` if absent. Telling a table deleted and made anew at the same path."""
+        ms = self.modified_ms(key)
+        return None if ms is None else f"ms:{ms}"
+
     def now_ms(self) -> int:
         """The store's clock now (ms): the modification time of a probe written now.
 

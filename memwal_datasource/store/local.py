@@ -129,6 +129,13 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             return None
 
+    def version_tag(self, key: str) -> str | None:
+        try:
+            st = os.stat(self._path(key))
+        except FileNotFoundError:
+            return None
+        return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+
     def now_ms(self) -> int:
         return int(time.time() * 1000)  # the clock that stamps this disk's files
 

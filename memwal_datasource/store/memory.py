@@ -13,7 +13,7 @@ class MemoryStore(ObjectStore):
     """In-process store for fast unit tests; ``memory://name`` shares one dict."""
 
     _registry: dict[str, dict[str, bytes]] = {}
-    _mtimes: dict[str, dict[str, int]] = {}
+    _mtimes: dict[str, dict[str, int]] = {}  # ns
     _registry_lock = threading.Lock()
 
     def __init__(self, name: str = "default"):
@@ -36,17 +36,23 @@ class MemoryStore(ObjectStore):
             if key in self._data:
                 raise FileExistsError(self.describe(key))
             self._data[key] = data
-            self._times[key] = int(time.time() * 1000)
+            self._times[key] = time.time_ns()
 
     def put(self, key: str, data: BytesLike) -> None:
         data = bytes(byte_view(data))
         with self._lock:
             self._data[key] = data
-            self._times[key] = int(time.time() * 1000)
+            self._times[key] = time.time_ns()
 
     def modified_ms(self, key: str) -> int | None:
         with self._lock:
-            return self._times.get(key) if key in self._data else None
+            ns = self._times.get(key) if key in self._data else None
+        return None if ns is None else ns // 1_000_000
+
+    def version_tag(self, key: str) -> str | None:
+        with self._lock:
+            ns = self._times.get(key) if key in self._data else None
+        return None if ns is None else f"ns:{ns}"
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)

@@ -329,6 +329,15 @@ class ObstoreStore(ObjectStore):
             return None
         return int(stamp.timestamp() * 1000)
 
+    def version_tag(self, key: str) -> str | None:
+        import obstore  # lazy (module docstring)
+
+        try:
+            meta = self._call(key, lambda st, path: obstore.head(st, path))
+        except FileNotFoundError:
+            return None
+        return f"{meta.get('e_tag')}:{meta['last_modified'].timestamp()}:{meta['size']}"
+
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix``; a prefix that is not a whole directory
         (``wal/01``) lists its directory and keeps the matching names."""

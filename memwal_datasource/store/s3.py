@@ -191,18 +191,18 @@ class S3Store(ObjectStore):
             self._raise(exc, key)
             raise  # unreachable; keeps type checkers honest
 
-    def _head(self, key: str) -> tuple[int, int] | None:
-        """(size, last-modified ms on the server's clock), or ``None`` if absent."""
+    def _head(self, key: str) -> tuple[int, int, str] | None:
+        """(size, last-modified ms on the server's clock, ETag), or ``None`` if absent."""
         try:
             if obstore_usable():
                 import obstore  # lazy (module docstring)
 
                 meta = self._obstore_call(key, lambda st, path: obstore.head(st, path))
-                size, stamp = meta["size"], meta["last_modified"]
+                size, stamp, etag = meta["size"], meta["last_modified"], meta.get("e_tag")
             else:
                 meta = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
-                size, stamp = meta["ContentLength"], meta["LastModified"]
-            return int(size), int(stamp.timestamp() * 1000)
+                size, stamp, etag = meta["ContentLength"], meta["LastModified"], meta.get("ETag")
+            return int(size), int(stamp.timestamp() * 1000), str(etag)
         except FileNotFoundError:
             return None
         except StoreError:
@@ -221,6 +221,10 @@ class S3Store(ObjectStore):
     def modified_ms(self, key: str) -> int | None:
         meta = self._head(key)
         return None if meta is None else meta[1]
+
+    def version_tag(self, key: str) -> str | None:
+        meta = self._head(key)
+        return None if meta is None else f"{meta[2]}:{meta[1]}:{meta[0]}"
 
     def list(self, prefix: str) -> Iterator[str]:
         full = self._key(prefix)

@@ -142,3 +142,62 @@ def test_idle_kept_writers_close_and_release_their_lease(tmp_path):
     assert leases.current(msg.shard_id).released
     manifest = ManifestStore(open_store(uri), msg.shard_id).latest()
     assert manifest.replay_after_wal_entry_position >= msg.last_position  # no replay debt
+
+
+# --- a table deleted and made anew at the same path ------------------------------------
+
+def wipe(uri: str, opts) -> None:
+    """Delete the table at ``uri`` (every object, as ``rm -r`` or a bucket cleanup does)."""
+    store = open_store(uri, opts)
+    for key in list(store.list("")):
+        store.delete(key)
+
+
+def stale_kept_writer(uri, opts):
+    """A writer kept after three jobs (WAL positions 1..3) on a table that is then deleted
+    and created anew at the same path, with the same shard ids (its writer group's slots)."""
+    writer, table = job_writer(uri, opts)
+    msgs = [one_job(writer, table, [i]) for i in (1, 2, 3)]
+    assert len(POOL) == 1 and msgs[-1].last_position == 3
+    wipe(uri, opts)
+    return job_writer(uri, opts), msgs[0].shard_id
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_kept_writer_of_a_replaced_table_closes_without_writing_into_the_new_one(location):
+    """The kept writer of a deleted table retires (idle) after the new table's first writer
+    of the same shard wrote and closed: it must not move the new shard's replay position
+    past entries that do not exist there (its epoch, 1, is the new writer's too)."""
+    from memwal_datasource.config import ShardWriterConfig
+    from memwal_datasource.shard_writer import open_shard_writer
+
+    uri, opts = location
+    (_writer, table), shard = stale_kept_writer(uri, opts)
+    fresh = open_shard_writer(uri, shard, table, ShardWriterConfig(enable_memtable=False),
+                              storage_options=opts)
+    fresh.put(rows([10]))
+    fresh.close()
+    manifests = ManifestStore(open_store(uri, opts), shard)
+    before = manifests.latest()
+    assert (before.writer_epoch, before.replay_after_wal_entry_position) == (1, 1)
+    POOL.close_all()  # the stale writer retires
+    after = manifests.latest()
+    assert after == before, f"the stale writer wrote into the new table: {after}"
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_kept_writer_of_a_replaced_table_is_not_continued(location):
+    """Even when its lease record is the new table's latest (a renewal that landed after
+    the table was made anew), the next task claims the new table's shard anew."""
+    from memwal_datasource.leases import Leases
+
+    uri, opts = location
+    (writer, table), shard = stale_kept_writer(uri, opts)
+    [(_, kept)] = list(POOL._kept.items())
+    Leases(open_store(uri, opts)).renew(kept.held.lease)  # the stale renewal
+    msg = one_job(writer, table, [20])
+    assert msg.shard_id == shard
+    assert (msg.first_position, msg.last_position) == (1, 1), "continued the stale writer"
+    latest = ManifestStore(open_store(uri, opts), shard).latest()
+    assert latest is not None and latest.writer_epoch == msg.epoch
+    assert read_table(uri, opts).column("id").to_pylist() == [20]

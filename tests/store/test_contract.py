@@ -98,3 +98,16 @@ def test_put_resolved_reads_back_any_bytes_like(any_store):
     assert put_resolved(any_store, "r/k", data, retries=0, base_delay_ms=1, what="test")
     assert not put_resolved(any_store, "r/k", memoryview(b"other"), retries=0,
                             base_delay_ms=1, what="test")
+
+
+def test_version_tag_tells_an_object_written_anew(any_store):
+    """A table deleted and made anew at the same path is told by its manifest's tag, even
+    when both were written within the same second (S3's Last-Modified has seconds)."""
+    assert any_store.version_tag("v/one") is None
+    any_store.put_if_absent("v/one", b"manifest, committed at t1")
+    first = any_store.version_tag("v/one")
+    assert first is not None and any_store.version_tag("v/one") == first  # stable
+    any_store.delete("v/one")
+    # Anew, at once; a new table's manifest carries its own commit time.
+    any_store.put_if_absent("v/one", b"manifest, committed at t2")
+    assert any_store.version_tag("v/one") not in (None, first)
