@@ -90,6 +90,7 @@ class CommitLogReader:
         self._listed: int | None = None  # the newest checkpoint our last LIST showed
         with _FOLDS_LOCK:
             seed = _FOLDS.get(store.uri)
+        self._seed = seed  # what we were seeded with: forgotten if it proves stale
         self._seeded = self._by_list = seed is not None  # see _check_seed
         if seed is not None:
             self._state, self._ckpt = seed[0].copy(), seed[1]
@@ -280,6 +281,11 @@ class CommitLogReader:
             return
         rec, _ = self._fetch(state.sequence)
         if rec is None or rec.digest() != state.recent.get(state.sequence):
+            # Stale for every reader of this process: forget it, or each would start
+            # cold until the new log passed its sequence (and none would remember).
+            with _FOLDS_LOCK:
+                if _FOLDS.get(self.store.uri) is self._seed:
+                    del _FOLDS[self.store.uri]
             self._state, self._ckpt, self._listed = None, None, None
             self._by_list = False
             self._cache.clear()

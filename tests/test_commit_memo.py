@@ -71,6 +71,21 @@ def test_a_table_made_again_at_the_same_place_starts_from_its_own_log(any_store)
     assert CommitLog(any_store).visible()[:-1] == expected
 
 
+def test_a_table_made_again_forgets_the_old_fold_so_its_commits_warm_up(any_store):
+    """A table deleted and made again at the same place: the old table's fold (further
+    along) is forgotten by the first committer that finds it stale, so the next commits
+    of this process read only the tip again (not every record since the start)."""
+    _fill(any_store, 40, None)  # the old table's fold, at 40, remembered
+    _wipe(any_store)
+    _fill(any_store, 20, None)  # the new table, shorter
+    assert CommitLog(any_store).append(APPEND, _one(21)).record.sequence == 21  # cold
+    warm = CountingStore(any_store)
+    assert CommitLog(warm).append(APPEND, _one(22)).record.sequence == 22
+    assert warm.reads <= 5, warm.calls
+    forget_folds()
+    assert [r.sequence for r in CommitLog(any_store).visible()][-2:] == [21, 22]
+
+
 def test_a_fold_collected_past_starts_from_the_newer_checkpoint(any_store):
     _fill(any_store, 25, 10)
     stale = _snapshot()  # this process's fold at 25; another process goes on to 40
