@@ -155,7 +155,8 @@ class TableInfo:
         if self.sharding_spec is not None:
             return TableSharding(spec=self.sharding_spec, lance_schema=None,
                                  columns=self.sharding_columns, uri=uri,
-                                 storage=dict(storage or {}), version=self.version)
+                                 storage=dict(storage or {}), version=self.version,
+                                 manifest_tag=self.manifest_tag)
         if primary_key_of(self.schema):
             return Sharding.unrecorded(None)
         return None
@@ -192,11 +193,13 @@ class TableSharding(Sharding):
     uri: str = ""
     storage: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     version: int = 0
+    manifest_tag: str | None = None  # which table's version (one made anew reuses numbers)
 
     def values(self, batch: pa.RecordBatch) -> pa.Array:
         if self.lance_schema is None:
             object.__setattr__(self, "lance_schema",
-                               _lance_schema(self.uri, self.storage, self.version))
+                               _lance_schema(self.uri, self.storage, self.version,
+                                             self.manifest_tag))
         return super().values(batch)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -206,19 +209,22 @@ class TableSharding(Sharding):
         self.__dict__.update(state)
 
 
-_schemas: dict[tuple[str, int], Any] = {}
+_schemas: dict[tuple[str, int, str | None], Any] = {}
 
 
-def _lance_schema(uri: str, storage: Mapping[str, str] | None, version: int):
-    """pylance's ``LanceSchema`` of version ``version`` (kept per process)."""
+def _lance_schema(uri: str, storage: Mapping[str, str] | None, version: int,
+                  manifest_tag: str | None = None):
+    """pylance's ``LanceSchema`` of version ``version`` (kept per process, by the
+    manifest's tag: a table made anew at the same path reuses version numbers)."""
+    key = (uri, version, manifest_tag)
     with _lock:
-        found = _schemas.get((uri, version))
+        found = _schemas.get(key) if manifest_tag is not None else None
     if found is None:
         found = _open_version(uri, storage, version).lance_schema
         with _lock:
             if len(_schemas) >= _CACHE_SIZE:
                 _schemas.pop(next(iter(_schemas)))
-            _schemas[(uri, version)] = found
+            _schemas[key] = found
     return found
 
 

@@ -81,6 +81,8 @@ def test_a_table_made_anew_at_the_same_path_is_not_taken_for_the_old_one(tmp_pat
     uri = str(tmp_path / "t.lance")
     create_table(uri, SCHEMA, ("id",), None, None)
     old = describe_table(uri)
+    rows = pa.RecordBatch.from_pylist([{"id": 1, "v": "a", "s": {"a": 1}}], schema=SCHEMA)
+    old.sharding(uri).values(rows)  # this process now knows the old version's LanceSchema
     shutil.rmtree(tmp_path / "t.lance" / "_versions")  # the Lance table is gone ...
     shutil.rmtree(tmp_path / "t.lance" / "data", ignore_errors=True)
     other = pa.schema([("key", pa.string()), ("n", pa.float64())])
@@ -88,6 +90,10 @@ def test_a_table_made_anew_at_the_same_path_is_not_taken_for_the_old_one(tmp_pat
     new = describe_table(uri)
     assert new.version == old.version
     assert new.schema.names == ["key", "n"]
+    batch = pa.RecordBatch.from_pylist([{"key": "a", "n": 1.0}, {"key": "b", "n": 2.0}],
+                                       schema=other)
+    expected = table_sharding(open_table(uri))
+    assert new.sharding(uri).values(batch).equals(expected.values(batch))
 
 
 def test_a_damaged_description_is_described_again(tmp_path):
