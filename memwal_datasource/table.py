@@ -510,6 +510,10 @@ def last_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Keep the last row of every key (rows in commit, then WAL, order), in that order."""
     if not table.num_rows:
         return table
+    if len(keys) == 1 and len(pc.unique(table.column(keys[0]))) == table.num_rows:
+        # Every key once (the usual upsert batches): one hash pass instead of grouping
+        # every row and taking them again (a fifth of a 200k-row compaction).
+        return table
     indexed = table.append_column("__order", pa.array(np.arange(table.num_rows)))
     last = indexed.group_by(list(keys), use_threads=False).aggregate([("__order", "max")])
     rows = last.column("__order_max")

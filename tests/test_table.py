@@ -111,3 +111,23 @@ def test_schema_check_lets_a_write_leave_out_nullable_columns_only():
     assert full.schema.field("extra").type == pa.int32()
     # Unfillable batches come back as they are (the writer's check names the problem).
     assert with_table_columns(pa.record_batch({"v": ["x"]}), table).schema.names == ["v"]
+
+
+@pytest.mark.parametrize("keys", [["k"], ["k", "j"]])
+def test_last_per_key_keeps_the_last_row_of_each_key_in_order(keys):
+    """Unique keys come back as they are; with repeats, the last row of each key, in the
+    order of those last rows (compaction's fold), one column or several."""
+    import numpy as np
+    import pyarrow as pa
+
+    from memwal_datasource.table import last_per_key
+
+    rng = np.random.default_rng(7)
+    for n, spread in ((0, 1), (1, 1), (500, 10_000_000), (500, 40), (500, 3)):
+        k = rng.integers(0, spread, n) if spread > 1 else np.arange(n)
+        t = pa.table({"k": k, "j": k % 2, "seq": np.arange(n)})
+        last: dict = {}
+        for i, row in enumerate(zip(*(t.column(c).to_pylist() for c in keys), strict=True)):
+            last[row] = i
+        expected = sorted(last.values())
+        assert last_per_key(t, keys).column("seq").to_pylist() == expected, (n, spread)
