@@ -163,7 +163,7 @@ def stale_kept_writer(uri, opts):
     return job_writer(uri, opts), msgs[0].shard_id
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_a_kept_writer_of_a_replaced_table_closes_without_writing_into_the_new_one(location):
     """The kept writer of a deleted table retires (idle) after the new table's first writer
     of the same shard wrote and closed: it must not move the new shard's replay position
@@ -185,7 +185,7 @@ def test_a_kept_writer_of_a_replaced_table_closes_without_writing_into_the_new_o
     assert after == before, f"the stale writer wrote into the new table: {after}"
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_a_kept_writer_of_a_replaced_table_is_not_continued(location):
     """Even when its lease record is the new table's latest (a renewal that landed after
     the table was made anew), the next task claims the new table's shard anew."""
