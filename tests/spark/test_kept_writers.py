@@ -201,3 +201,23 @@ def test_a_kept_writer_of_a_replaced_table_is_not_continued(location):
     latest = ManifestStore(open_store(uri, opts), shard).latest()
     assert latest is not None and latest.writer_epoch == msg.epoch
     assert read_table(uri, opts).column("id").to_pylist() == [20]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_kept_writer_is_continued_across_a_compaction(location):
+    """A compaction commits a new Lance version of the same table: the next job's planner
+    reads that version, and its task still continues the kept writer (the kept writer's
+    version is still there, the same object: one HEAD), with every row once."""
+    from memwal_datasource import compact
+
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1, 2])
+    assert compact(uri, opts).rows == 2
+    later = MemWalBatchWriter(WriteOptions.parse({"path": uri, **{
+        f"storage.{k}": v for k, v in opts.items()}}), table, overwrite=False)
+    assert later.opts.table_stamp.version > writer.opts.table_stamp.version
+    second = one_job(later, table, [3])
+    assert (second.shard_id, second.epoch) == (first.shard_id, first.epoch), "claimed anew"
+    assert second.first_position == first.last_position + 1
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2, 3]
