@@ -9,7 +9,10 @@ the table or to describe a version nobody described yet.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import replace
+from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
@@ -30,13 +33,24 @@ from .schema import align_timestamps, check_key_types, table_schema_for
 TABLE_DIRS = ("_versions", MEM_WAL_DIR, COMMITS_DIR)
 
 
+# Buckets this process has checked, by (scheme, bucket, digest of the storage options):
+# a reused planner checks each once, not once per append (a HEAD each time).
+_checked_buckets: set[tuple[str, str, str]] = set()
+
+
 def check_store(path: str, storage: dict[str, str]) -> ObjectStore:
     """The table's store; fails on the driver when the bucket is missing or credentials
-    are wrong or missing."""
+    are wrong or missing (checked once per process for the same bucket and options: a
+    bucket removed later fails the write's first store call, as clearly)."""
     store = open_store(path, storage)
     check = getattr(store, "check_bucket", None)  # S3, GCS and Azure stores
     if check is not None:
-        check()
+        parsed = urlparse(path)
+        key = (parsed.scheme.lower(), parsed.netloc, hashlib.sha256(
+            json.dumps(sorted(storage.items())).encode()).hexdigest())
+        if key not in _checked_buckets:
+            check()
+            _checked_buckets.add(key)
     return store
 
 

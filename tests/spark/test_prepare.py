@@ -130,3 +130,26 @@ def test_a_table_another_tool_made_is_described_once_then_read_without_lance(tmp
     assert isinstance(writer.opts.sharding, TableSharding)
     assert writer.opts.sharding.lance_schema is None
     assert writer.opts.field_ids is not None and writer.opts.field_ids["id"].id == 0
+
+
+def test_a_bucket_is_checked_once_per_process_for_the_same_options(s3_table, monkeypatch):
+    """A reused planner HEADs the bucket on its first write, not on every append; other
+    options (another secret) or another bucket are checked again, and fail clearly."""
+    from memwal_datasource.errors import StoreAuthError, StoreNotFoundError
+    from memwal_datasource.spark import prepare
+    from memwal_datasource.store.s3 import S3Store
+
+    uri, opts = s3_table
+    monkeypatch.setattr(prepare, "_checked_buckets", set())
+    calls = []
+    real = S3Store.check_bucket
+    monkeypatch.setattr(S3Store, "check_bucket", lambda self: (calls.append(self.bucket),
+                                                               real(self))[1])
+    for _ in range(3):
+        prepare.check_store(uri, opts)
+    assert len(calls) == 1
+    with pytest.raises(StoreAuthError):
+        prepare.check_store(uri, dict(opts, aws_secret_access_key="wrong"))
+    with pytest.raises(StoreNotFoundError, match="bucket 'nobucket' does not exist"):
+        prepare.check_store("s3://nobucket/t.lance", opts)
+    assert len(calls) == 3
