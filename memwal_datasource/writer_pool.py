@@ -89,16 +89,26 @@ class KeptWriter:
     last_used: float = field(default_factory=time.monotonic)
     opened: float = field(default_factory=time.monotonic)
 
+    def _table_check(self, check) -> bool:
+        """``check()`` of this writer's table; False when the store cannot tell."""
+        try:
+            return check()
+        except Exception as exc:  # noqa: BLE001 - cannot tell: the safe answer
+            log.info("memwal: cannot check the table of the kept writer of shard %s: %s",
+                     self.shard, exc)
+            return False
+
     def table_replaced(self) -> bool:
         """Whether the table this writer was opened on is gone (or cannot be told)."""
         if self.stamp is None or self.store is None:
             return False
-        try:
-            return not self.stamp.still_there(self.store)
-        except Exception as exc:  # noqa: BLE001 - cannot tell: let go without writing
-            log.info("memwal: cannot check the table of the kept writer of shard %s: %s",
-                     self.shard, exc)
-            return True
+        return not self._table_check(lambda: self.stamp.still_there(self.store))
+
+    def same_table(self, stamp: TableStamp | None) -> bool:
+        """Whether a task whose planner read ``stamp`` writes this writer's table."""
+        if self.stamp is None or stamp is None:
+            return self.stamp is None and stamp is None  # neither checks (tests, memory)
+        return self._table_check(lambda: self.stamp.same_table(stamp, self.store))
 
     def close(self) -> None:
         """Close the writer (durable, replay position moved), then let go of the lease;
@@ -159,7 +169,7 @@ class WriterPool:
         ours = replaced is not None and replaced.lease_id == kept.held.lease.lease_id
         why = ("another holder came between" if not ours else
                "past its age" if time.monotonic() - kept.opened >= self.max_age_s else
-               "the table was replaced at its path" if not self._same_table(kept, stamp)
+               "the table was replaced at its path" if not kept.same_table(stamp)
                else None)
         if why is None:
             try:  # a claim that took no lease (a native writer, say): two requests
@@ -173,17 +183,6 @@ class WriterPool:
         kept.held.abandon()  # the task's lease replaced it
         kept.held, kept.stamp = held, stamp
         return kept
-
-    @staticmethod
-    def _same_table(kept: KeptWriter, stamp: TableStamp | None) -> bool:
-        if kept.stamp is None or stamp is None:
-            return kept.stamp is None and stamp is None  # neither checks (tests, memory)
-        try:
-            return kept.stamp.same_table(stamp, kept.store)
-        except Exception as exc:  # noqa: BLE001 - cannot tell: claim anew
-            log.info("memwal: cannot check the table of the kept writer of shard %s: %s",
-                     kept.shard, exc)
-            return False
 
     def shards(self, key: Hashable, not_job: str | None = None,
                partition: int | None = None) -> list[str]:
