@@ -116,8 +116,17 @@ def test_unprepared_job_with_a_failed_turn_and_a_concurrent_job(spark, tmp_path,
     mem = modes(memtable)
     write(spark.range(99_999, 100_000, numPartitions=1).selectExpr("id", "'seed' as v"),
           uri, {}, **mem, **BUCKETED)
-    with worker_gates(spark, tmp_path, ["turn.written"], hold={"turn.written"}) as gates:
+    points = ["lease.acquired", "lease.waiting", "turn.written"]
+    with worker_gates(spark, tmp_path, points, hold={"lease.acquired", "turn.written"}) as gates:
         job_a, out_a = in_thread(spark, write, unprepared(spark), uri, {}, **mem)
+        # A task of A holds a shard (paused) until a sibling, done with its input, waits
+        # for it: the sibling must then write that shard in a turn (every partition has
+        # rows of every shard), however Spark's two slots were scheduled.
+        first = gates.next("lease.acquired")
+        while (waiter := gates.next("lease.waiting"))["blocker_job_id"] != first["job_id"]:
+            pass
+        assert waiter["job_id"] == first["job_id"]
+        gates.release("lease.acquired")
         paused = gates.next("turn.written")  # a task in its turn: holds that shard
     try:
         assert paused["attempt"] == 0
