@@ -153,7 +153,7 @@ class IoTrace:
     """Records every ObjectStore call (outermost only) and every ``os.fsync`` while active."""
 
     OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "head", "exists",
-           "list", "list_dirs", "delete", "modified_ms")
+           "list", "list_dirs", "delete", "delete_many", "modified_ms")
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, float]] = []  # (op, key or path, ms)
@@ -180,7 +180,9 @@ class IoTrace:
                 self._local.depth = depth
                 if depth == 0 or op == "fsync":  # fsync(fd), or store.op(key, ...)
                     key = (os.readlink(f"/proc/self/fd/{args[0]}") if op == "fsync" else
-                           args[1] if len(args) > 1 and isinstance(args[1], str) else "(batch)")
+                           args[1] if len(args) > 1 and isinstance(args[1], str) else
+                           f"{args[1][0]} (of {len(args[1])})" if len(args) > 1 and args[1]
+                           else "(batch)")
                     self.events.append((op, key, (time.perf_counter() - t) * 1e3))
         return call
 

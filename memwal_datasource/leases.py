@@ -9,9 +9,11 @@ Layout: ``_memwal_leases/{shard_id}/{generation:020d}.json``. Every state
 change (acquire, renew, release) writes the next generation put-if-absent
 through :func:`~memwal_datasource.store.put_resolved`. A lost acknowledgement
 is read back: each body carries a random nonce, so our bytes are never taken
-for a rival's. The current lease is the highest generation. A successful
-write at ``g`` deletes generation ``g - 3``, so a shard's listing stays at about
-three keys and stays cheap. These are not WAL files, so deleting them is safe.
+for a rival's. The current lease is the highest generation. An acquisition
+deletes, in one request, every generation three or more below its own (a
+release or relabel deletes none, a renewal one), so a shard's listing stays at
+three to five keys and stays cheap. These are not WAL files, so deleting them
+is safe.
 Because of that deletion, a writer whose listing is very stale could create a
 freed low generation, so an acquisition lists again afterwards and counts as
 won only if nothing higher exists. A holder renewing or releasing writes its
@@ -160,10 +162,12 @@ class Leases:
 
     # -- writing ---------------------------------------------------------------
 
-    def _write(self, lease: Lease, kind: str) -> bool:
+    def _write(self, lease: Lease, kind: str, after: Lease | None = None) -> bool:
         """Put ``lease`` at its generation.
 
-        Returns ``True`` only if it landed and is still the highest."""
+        Returns ``True`` only if it landed and is still the highest (an
+        acquisition ``after`` a record read no listing first: only if that
+        record's generation is still there too)."""
         hooks.point("lease.before_put", shard=lease.shard, generation=lease.generation,
                     kind=kind, job_id=lease.holder.job_id, partition=lease.holder.partition)
         key = self._key(lease.shard, lease.generation)
@@ -177,26 +181,30 @@ class Leases:
             # Acquiring follows a listing, which may be stale: list again, so a writer
             # that filled a freed generation below the current one never thinks it won.
             gens = self._generations(lease.shard)
-            if gens and gens[-1] > lease.generation:
+            if (gens and gens[-1] > lease.generation) or (
+                    after is not None and after.generation not in gens):
                 self._delete(lease.shard, [lease.generation])  # our stray record
                 return False
+            # Generations KEEP_GENERATIONS and more below ours go, in one request.
             self._delete(lease.shard, [g for g in gens
                                        if g <= lease.generation - KEEP_GENERATIONS])
             return True
-        # The generation KEEP_GENERATIONS below ours goes: each write deletes one, so a
-        # shard keeps about KEEP_GENERATIONS files. A holder renewing or releasing its own
-        # lease writes the next generation unread (see _extend); in the rare freed slot
-        # it holds nothing, and its next renewal reads the current lease (LeaseLost).
-        if lease.generation > KEEP_GENERATIONS:
+        # A holder renewing or releasing its own lease writes the next generation unread
+        # (see _extend); in the rare freed slot it holds nothing, and its next renewal
+        # reads the current lease (LeaseLost). Releases leave older generations to the next
+        # acquisition's listing; a long-held lease's renewals each delete one.
+        if kind == "renew" and lease.generation > KEEP_GENERATIONS:
             self._delete(lease.shard, [lease.generation - KEEP_GENERATIONS])
         return True
 
     def _delete(self, shard: str, generations: Iterable[int]) -> None:
-        for gen in generations:
-            try:
-                self.store.delete(self._key(shard, gen))
-            except (StoreError, OSError) as exc:  # history only; the next writer retries
-                log.debug("shard %s: could not delete lease generation %d: %s", shard, gen, exc)
+        gens = list(generations)
+        if not gens:
+            return
+        try:
+            self.store.delete_many([self._key(shard, gen) for gen in gens])
+        except (StoreError, OSError) as exc:  # history only; the next writer retries
+            log.debug("shard %s: could not delete lease generations %s: %s", shard, gens, exc)
 
     def _verdict(self, cur: Lease | None, holder: Holder, now_ms: int) -> str:
         if cur is None or not cur.live(now_ms) or cur.holder.kept:
@@ -229,6 +237,29 @@ class Leases:
                             job_id=holder.job_id, partition=holder.partition)
                 return new, None
         raise StoreError(f"shard {shard}: gave up taking a lease after {_MAX_RACES} races")
+
+    def take_after(self, record: Lease, holder: Holder) -> Lease | None:
+        """Take ``record``'s shard, believing ``record`` (one this process wrote: a kept
+        writer's idle lease) is still its current record; ``None`` (nothing held) if not.
+
+        One put at the next generation and the listing every acquisition makes,
+        no read first. The listing is the proof: ours is the highest generation
+        and ``record``'s is still there. A generation is deleted only once one
+        three above it exists, and the highest never, so nothing came between.
+        (A table made anew at the path breaks that: the caller checks the table.)
+        """
+        if self._verdict(record, holder, self._now_ms()) != "free":
+            return None
+        now = self._now_ms()
+        new = Lease(shard=record.shard, generation=record.generation + 1, holder=holder,
+                    lease_id=uuid.uuid4().hex, acquired_ms=now,
+                    expires_ms=now + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
+        if not self._write(new, "acquire", after=record):
+            return None
+        self.replaced[record.shard] = record
+        hooks.point("lease.acquired", shard=record.shard, generation=new.generation,
+                    job_id=holder.job_id, partition=holder.partition)
+        return new
 
     def try_acquire(self, shard: str, holder: Holder) -> Lease | None:
         """Take the shard's lease now, or return ``None`` if another live holder has it.

@@ -19,7 +19,9 @@ is idle (``Holder.kept``), so it counts as free for everyone: live jobs still ne
 share a shard, and repeated jobs still write the same bounded set. Only when
 the task's lease replaced this process's kept writer's own lease record,
 nobody held the shard in between, and the task takes that writer instead of
-claiming anew. The rules that keep fencing the guarantee:
+claiming anew. A task of this process takes the shard straight after that
+record (:meth:`WriterPool.kept_record`, ``Leases.take_after``: one put and a
+listing, no read). The rules that keep fencing the guarantee:
 
 * Only a task's **first attempt** may take a kept writer. A retried or
   speculative attempt opens a new one: its claim fences every older writer of
@@ -183,6 +185,15 @@ class WriterPool:
         kept.held.abandon()  # the task's lease replaced it
         kept.held, kept.stamp = held, stamp
         return kept
+
+    def kept_record(self, key: Hashable, shard: str, stamp: TableStamp | None) -> Lease | None:
+        """The idle lease record of the writer kept for ``key`` on ``shard``, if it writes
+        the table a planner read as ``stamp`` (a task may take the shard right after it)."""
+        with self._lock:
+            kept = self._kept.get((key, shard))
+        if kept is None or not kept.same_table(stamp):
+            return None
+        return kept.held.lease
 
     def shards(self, key: Hashable, not_job: str | None = None,
                partition: int | None = None) -> list[str]:

@@ -74,6 +74,31 @@ def test_the_next_task_leasing_the_shard_continues_the_writer(location):
     assert cur.released, "closing releases the lease"
 
 
+def test_the_next_task_takes_the_shard_right_after_the_kept_writers_record(location):
+    """The fast path: ``kept_record`` hands the idle record (for the writer's table only),
+    ``take_after`` leases right after it, and the task continues the writer."""
+    from memwal_datasource.table_info import TableStamp
+
+    pool = WriterPool(idle_s=3600, max_age_s=3600, reaper=False)
+    kept, _ = kept_writer(location, "job-1")
+    kept.stamp, kept.store = TableStamp(5, "a"), open_store(*location)
+    epoch = kept.writer.epoch
+    pool.give("k", kept)
+    assert pool.kept_record("k", kept.shard, TableStamp(4, "a")) is None  # older: not ours
+    assert pool.kept_record("k", kept.shard, TableStamp(5, "b")) is None  # made anew
+    assert pool.kept_record("other key", kept.shard, TableStamp(5, "a")) is None
+    record = pool.kept_record("k", kept.shard, TableStamp(5, "a"))
+    assert record == kept.held.lease and record.holder.kept
+    leases = Leases(open_store(*location))
+    lease = leases.take_after(record, Holder("job-2", 0))
+    assert lease is not None and leases.replaced[kept.shard] == record
+    got = pool.take("k", kept.shard, leases.replaced[kept.shard], leases.hold(lease),
+                    TableStamp(5, "a"))
+    assert got is kept and got.writer.epoch == epoch
+    assert leases.current(kept.shard).holder.job_id == "job-2"
+    pool.close_all()
+
+
 def test_a_writer_another_holder_came_between_is_dropped_not_reused(location):
     """Another job took the shard (and claimed) while the writer was kept: the next task
     of this process leasing the shard must not continue the fenced writer."""

@@ -199,6 +199,19 @@ class _PoolShard:
     def _hold(self, lease) -> None:
         self.held = self.leases.hold(lease)
 
+    def _continue_kept(self, home: str) -> bool:
+        """Lease ``home`` right after the idle record of the writer this process keeps
+        there (no read first: :meth:`Leases.take_after`), if that writer is of this
+        task's table. ``False``: nothing held, lease as any task does."""
+        if not self.keepable or self.key is None:
+            return False
+        record = POOL.kept_record(self.key, home, self.opts.table_stamp)
+        lease = self.leases.take_after(record, self.holder) if record is not None else None
+        if lease is None:
+            return False
+        self._hold(lease)
+        return True
+
     def _kept_by_another(self, lease: Lease) -> bool:
         """Whether ``lease`` is an idle writer another process keeps."""
         h, me = lease.holder, self.holder
@@ -236,6 +249,8 @@ class _PoolShard:
         opts, pid = self.opts, self.holder.partition
         if opts.num_shards:
             return self._lease_from_bounded_pool(opts.num_shards)
+        if self._continue_kept(opts.shard_for(pid)):
+            return opts.shard_for(pid)
         shard = self._lease_kept_instead(opts.shard_for(pid))
         if shard is not None:
             return shard
@@ -265,6 +280,8 @@ class _PoolShard:
         opts, holder, leases = self.opts, self.holder, self.leases
         pool = self._kept_after_home([opts.shard_for(holder.partition + i) for i in range(n)],
                                      within=True)
+        if self._continue_kept(pool[0]):
+            return pool[0]
         shard = self._lease_kept_instead(pool[0], pool)
         if shard is not None:
             return shard

@@ -135,6 +135,12 @@ class ObjectStore(ABC):
         """Remove ``key``; a missing key is not an error. Only garbage collection
         deletes WAL files, under the rules of :mod:`memwal_datasource.gc`."""
 
+    def delete_many(self, keys: list[str]) -> None:
+        """Remove every key of ``keys`` (missing ones are no error), in as few requests
+        as the store allows (one bulk request on S3). Same rules as :meth:`delete`."""
+        for key in keys:
+            self.delete(key)
+
     def describe(self, key: str) -> str:
         """A human-readable location for ``key`` (``<uri>/<key>``), for messages."""
         return f"{self.uri.rstrip('/')}/{key}"

@@ -377,6 +377,16 @@ class ObstoreStore(ObjectStore):
         except FileNotFoundError:
             pass
 
+    def delete_many(self, keys: list[str]) -> None:
+        import obstore  # lazy (module docstring)
+
+        if len(keys) < 2:
+            return super().delete_many(keys)
+        try:  # one bulk request where the service has one; a missing key may fail it
+            self._call(keys[0], lambda st, _path: obstore.delete(st, [self._key(k) for k in keys]))
+        except FileNotFoundError:
+            super().delete_many(keys)
+
     def check_bucket(self) -> None:
         """Fail fast with a clear error when the bucket/container is missing or creds are wrong."""
         self.list_dirs("")

@@ -272,6 +272,15 @@ class S3Store(ObjectStore):
         except Exception as exc:  # noqa: BLE001
             self._raise(exc, key)
 
+    def delete_many(self, keys: list[str]) -> None:
+        if len(keys) < 2 or not obstore_usable():
+            return super().delete_many(keys)
+        import obstore  # lazy (module docstring)
+
+        # One DeleteObjects request; S3 reports no error for a missing key.
+        self._obstore_call(keys[0], lambda st, _path: obstore.delete(
+            st, [self._key(k) for k in keys]))
+
     def check_bucket(self) -> None:
         """Fail fast with a clear error when the bucket is missing or creds are wrong."""
         try:

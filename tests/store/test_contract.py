@@ -35,6 +35,18 @@ def test_put_overwrites_and_delete(any_store):
     any_store.delete("h/hint.json")  # missing is fine
 
 
+def test_delete_many(any_store):
+    """Several keys go in one call; missing ones among them are no error; others stay."""
+    for name in ("a", "b", "c", "keep"):
+        any_store.put(f"m/{name}.json", b"x")
+    any_store.delete_many(["m/a.json", "m/gone.json", "m/b.json", "m/c.json"])
+    assert sorted(any_store.list("m/")) == ["m/keep.json"]
+    any_store.delete_many(["m/a.json", "m/b.json"])  # all missing: fine
+    any_store.delete_many([])
+    any_store.delete_many(["m/keep.json"])
+    assert list(any_store.list("m/")) == []
+
+
 def test_list_and_list_dirs(any_store):
     for key in ("_mem_wal/s1/wal/x.arrow", "_mem_wal/s1/manifest/y.binpb",
                 "_mem_wal/s2/wal/z.arrow", "other/k"):

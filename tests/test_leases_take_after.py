@@ -1,0 +1,226 @@
+"""``Leases.take_after``: a task takes the shard right after its process's kept writer's
+idle record, with one put and one listing, and wins only if nothing came between.
+
+On memory, local disk, S3 and both emulators; races between two takers (threads) and
+against a renewal of the record.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from memwal_datasource import hooks
+from memwal_datasource.leases import LEASES_DIR, Holder
+from tests.helpers import DelegatingStore, new_shard
+from tests.test_leases import FakeClock, job, lease_keys, leases_on
+
+
+@pytest.fixture(autouse=True)
+def _no_hooks():
+    yield
+    hooks.clear()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def meet_at_puts(n: int, kinds=("acquire", "renew")) -> set[int]:
+    """Hold each thread's first lease PUT of ``kinds`` until ``n`` threads are about to
+    write: the two actors really write the same generation at once."""
+    ready = threading.Barrier(n, timeout=30)
+    seen: set[int] = set()
+
+    def meet(kind, **_):
+        if kind in kinds and threading.get_ident() not in seen:
+            seen.add(threading.get_ident())
+            ready.wait()
+
+    hooks.register("lease.before_put", meet)
+    return seen
+
+
+def kept(holder: Holder) -> Holder:
+    return Holder(f"kept-{holder.job_id}", -1, label="idle writer", kept=True)
+
+
+def idle_record(leases, shard: str, holder: Holder):
+    """A lease acquired by ``holder`` and relabelled idle (as a kept writer's)."""
+    return leases.relabel(leases.try_acquire(shard, holder), kept(holder))
+
+
+class Counting(DelegatingStore):
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.calls: Counter = Counter()
+
+    def get(self, key):
+        self.calls["get"] += 1
+        return super().get(key)
+
+    def list(self, prefix):
+        self.calls["list"] += 1
+        return super().list(prefix)
+
+    def put_if_absent(self, key, data):
+        self.calls["put"] += 1
+        super().put_if_absent(key, data)
+
+    def delete_many(self, keys):
+        self.calls["delete_many"] += 1
+        self.inner.delete_many(keys)
+
+
+def test_take_after_our_idle_record_is_one_put_and_one_listing(any_store, clock):
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    counting = Counting(any_store)
+    taker = leases_on(counting, clock)
+    got = taker.take_after(record, job("B"))
+    assert got is not None and got.generation == record.generation + 1
+    assert got.holder.job_id == "B" and taker.replaced[shard] == record
+    assert leases.current(shard) == got
+    assert counting.calls == {"put": 1, "list": 1}  # nothing read, nothing old to delete yet
+    for i in range(4):  # later ones delete what is 3 below them, in one request each
+        clock.advance(1)
+        record = taker.relabel(got, kept(job("B")))
+        counting.calls.clear()
+        got = taker.take_after(record, job(f"C{i}"))
+        assert got is not None
+        assert counting.calls == {"put": 1, "list": 1, "delete_many": 1}
+    assert lease_keys(any_store, shard) == [
+        f"{LEASES_DIR}/{shard}/{g:020d}.json"
+        for g in range(got.generation - 2, got.generation + 1)]
+
+
+def test_take_after_fails_when_another_holder_came_between(any_store, clock):
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    other = leases.try_acquire(shard, job("X"))  # an idle record is free to anyone
+    assert other is not None
+    assert leases.take_after(record, job("B")) is None  # the next generation is X's
+    assert leases.current(shard) == other
+    leases.release(other)
+    assert leases.take_after(record, job("B")) is None  # released, but not ours any more
+
+
+def test_take_after_into_a_freed_generation_is_taken_back(any_store, clock):
+    """Others went on far enough that the generation after ours was deleted: the put lands
+    there, the listing shows higher ones, and the stray record is deleted."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    for i in range(3):
+        leases.release(leases.try_acquire(shard, job(f"X{i}")))
+    freed = f"{LEASES_DIR}/{shard}/{record.generation + 1:020d}.json"
+    assert not any_store.exists(freed)
+    before = lease_keys(any_store, shard)
+    assert leases.take_after(record, job("B")) is None
+    assert lease_keys(any_store, shard) == before  # our stray generation is gone again
+    assert leases.current(shard).holder.job_id == "X2"
+
+
+def test_take_after_in_a_table_made_anew_is_refused(any_store, clock):
+    """Lease history deleted (the table was deleted and made anew): our record's generation
+    is missing, so the put, though the highest, does not count."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    any_store.delete_many(lease_keys(any_store, shard))
+    assert leases.take_after(record, job("B")) is None
+    assert lease_keys(any_store, shard) == []
+    assert leases.try_acquire(shard, job("C")).generation == 1
+
+
+def test_take_after_refuses_a_live_record(any_store, clock):
+    """Only an idle (kept), released or expired record may be taken after."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    live = leases.try_acquire(shard, job("A"))
+    assert leases.take_after(live, job("B")) is None
+    assert leases.current(shard) == live
+
+
+def test_two_takers_after_one_record_exactly_one_wins(any_store, clock):
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    seen = meet_at_puts(2)
+    won: dict[str, object] = {}
+
+    def take(name: str) -> None:
+        won[name] = leases_on(any_store, clock).take_after(record, job(name))
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in ("B", "C")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    winners = [n for n, lease in won.items() if lease is not None]
+    assert len(seen) == 2 and len(won) == 2 and len(winners) == 1
+    assert leases.current(shard).holder.job_id == winners[0]
+
+
+def test_take_after_racing_a_full_acquisition_exactly_one_holds(any_store, clock):
+    """Another job lists and acquires while we take after our record: one of us holds."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    seen = meet_at_puts(2)
+    got: dict[str, object] = {}
+
+    def taker():
+        got["after"] = leases_on(any_store, clock).take_after(record, job("B"))
+
+    def acquirer():
+        got["acquire"] = leases_on(any_store, clock).try_acquire(shard, job("C"))
+
+    threads = [threading.Thread(target=taker), threading.Thread(target=acquirer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    holders = [lease for lease in got.values() if lease is not None]
+    assert len(seen) == 2 and len(got) == 2 and len(holders) == 1
+    assert leases.current(shard) == holders[0]
+
+
+def test_take_after_racing_the_records_renewal(any_store, clock):
+    """The kept writer's lease renews (same acquisition, next generation) while a task takes
+    after the record it had: whichever lands first, the shard has one current holder, and a
+    taker that lost takes the renewed (still idle) record by the usual path."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    seen = meet_at_puts(2)
+    out: dict[str, object] = {}
+
+    def renew():
+        try:
+            out["renewed"] = leases_on(any_store, clock).renew(record)
+        except Exception as exc:  # noqa: BLE001 - LeaseLost when the taker won
+            out["renewed"] = exc
+
+    def take():
+        out["taken"] = leases_on(any_store, clock).take_after(record, job("B"))
+
+    threads = [threading.Thread(target=renew), threading.Thread(target=take)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(seen) == 2
+    hooks.clear()
+    current = leases.current(shard)
+    if out["taken"] is not None:
+        assert current == out["taken"] and isinstance(out["renewed"], Exception)
+    else:
+        assert current == out["renewed"] and current.holder.kept
+        again = leases.try_acquire(shard, job("B"))
+        assert again is not None and leases.replaced[shard] == current
