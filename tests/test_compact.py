@@ -92,6 +92,35 @@ def test_compaction_folds_committed_rows_once(pk_table):
     assert base_rows(uri, opts) == {1: "o-1", 2: "o-2"}
 
 
+@pytest.mark.parametrize("join", ["index", "scan"])
+def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
+    """A round joins its rows to the base through the key's BTREE (a base large next to
+    the round) or by scanning the key column (a small one, ``SCAN_JOIN_MAX_RATIO``): the
+    same table either way, and the first round builds the index either way."""
+    import importlib
+
+    from lance.dataset import MergeInsertBuilder
+
+    compact_module = importlib.import_module("memwal_datasource.compact")
+    monkeypatch.setattr(compact_module, "SCAN_JOIN_MAX_RATIO", -1 if join == "index" else 10**9)
+    scans: list[bool] = []
+    use_index = MergeInsertBuilder.use_index
+    monkeypatch.setattr(MergeInsertBuilder, "use_index",
+                        lambda self, on: scans.append(not on) or use_index(self, on))
+    uri, opts = pk_table
+    want = history(uri, opts)
+    table = TableView(uri, opts)
+    assert len(compact(table, max_records_per_round=1).rounds) == 3
+    assert base_rows(uri, opts) == want
+    assert any(i.field_names == ["id"] and i.index_type == "BTree"
+               for i in table.dataset().describe_indices())
+    write(uri, opts, new_shard(), [batch([3, 8, 400], "d")])  # updates and an insert
+    compact(table)
+    want.update({3: "d-3", 8: "d-8", 400: "d-400"})
+    assert base_rows(uri, opts) == want
+    assert scans == ([True] * 4 if join == "scan" else [])
+
+
 def run_worker(uri, opts, point: str) -> None:
     """A compactor killed at hook ``point`` in a child process, then a full re-run."""
     env = dict(os.environ, MEMWAL_STORAGE_OPTIONS=json.dumps(opts), MEMWAL_KILL_AT=point)
