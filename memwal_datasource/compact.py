@@ -418,4 +418,6 @@ def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORD
                                    if state.last_data > rnd.upto_seq else 0)
         if progress is not None:
             progress(result, summary.pending_records)
+        if not summary.pending_records:
+            break  # the fold we just read has nothing past this round: no second look
     return summary
