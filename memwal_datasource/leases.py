@@ -488,7 +488,11 @@ class _Renewer:
                 self._thread = threading.Thread(target=self._run, name="lease-renewer",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._due[0][2] is held:
+                # Only a new earliest entry moves the scheduler's wake-up: waking it for
+                # every lease (due a TTL/3 later than the kept ones before it) handed the
+                # GIL to it and back on each task's lease.
+                self._cond.notify()
 
     def _run(self) -> None:
         while True:
