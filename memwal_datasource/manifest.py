@@ -27,7 +27,7 @@ from .format import (
     parse_bit_reversed_name,
     version_hint_key,
 )
-from .store import ObjectStore, put_resolved
+from .store import ObjectStore, put_resolved, read_both
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class ManifestStore:
         self.retries = retries
         self.retry_base_delay_ms = retry_base_delay_ms
         # The newest version this object wrote or read. A writer re-checks its fence
-        # with the hint and one probe past it instead of reading it again (_known_latest).
+        # with the hint and one probe past it instead of reading it again (latest_version).
         self._known: ShardManifest | None = None
 
     def _where(self, version: int) -> str:
@@ -83,19 +83,30 @@ class ManifestStore:
                         self.store.describe(key), len(data))
         return hint
 
-    def _known_latest(self, hint: int | None) -> bool:
-        """Whether the version we know is still the latest: no hint above it and no
-        next version. (A version is freed only by a collector that claimed ten versions
-        past it and wrote the hint, so a missing next version cannot be a freed one.)"""
+    def _hint_and_next(self) -> tuple[int | None, bool | None]:
+        """The hint, and whether the version after the one we know exists (``None``:
+        we know none). On an object store the two reads go at once (:func:`read_both`):
+        either order gives the same verdict in :meth:`latest_version`, as of the later
+        read's moment or, if a claim landed between them, with the claim seen."""
         known = self._known
-        return (known is not None and (hint is None or hint <= known.version)
-                and not self._exists(known.version + 1))
+        if known is None:
+            return self._hint(), None
+        if self.store.remote:
+            return read_both(self.store, self._hint, lambda: self._exists(known.version + 1))
+        hint = self._hint()
+        if hint is not None and hint > known.version:
+            return hint, None  # moved on already: no probe needed
+        return hint, self._exists(known.version + 1)
 
     def latest_version(self) -> int:
         """The last existing version (0 if the shard has no manifest)."""
-        hint = self._hint()
-        if self._known_latest(hint):
-            return self._known.version
+        known = self._known
+        hint, next_exists = self._hint_and_next()
+        # The version we know is still the latest: no hint above it and no next version.
+        # (A version is freed only by a collector that claimed ten versions past it and
+        # wrote the hint, so a missing next version cannot be a freed one.)
+        if known is not None and (hint is None or hint <= known.version) and not next_exists:
+            return known.version
         if hint is not None and self._exists(hint):
             version = hint
         else:

@@ -67,6 +67,45 @@ def test_check_fenced_and_commit_update_refuse_old_epoch(any_store):
     assert ms.latest().wal_entry_position_last_seen == 0
 
 
+@pytest.mark.parametrize("during", ["hint", "probe"])
+def test_fence_check_sees_a_claim_landing_between_its_two_reads(any_store, during):
+    """On an object store the fence check reads the hint and probes the next version at
+    once, in no fixed order. A claim that lands after one read began but before the
+    other does is seen through the other: the hint names the new version, or the probe
+    finds it (the hint may still be old, or already read)."""
+    from tests.helpers import DelegatingStore
+
+    shard = new_shard()
+    ms = ManifestStore(any_store, shard)
+    mine = ms.claim_epoch()
+    rival = ManifestStore(any_store, shard)
+    landed = threading.Event()
+
+    class ClaimDuring(DelegatingStore):
+        remote = True
+
+        def _claim_once(self):
+            if not landed.is_set():
+                landed.set()
+                rival.claim_epoch()
+
+        def get(self, key):
+            if during == "hint" and key == version_hint_key(shard):
+                self._claim_once()  # lands before the hint is read (the probe may be done)
+            return self.inner.get(key)
+
+        def exists(self, key):
+            if during == "probe" and key == manifest_key(shard, mine.version + 1):
+                self._claim_once()  # the claim lands just before the probe
+            return self.inner.exists(key)
+
+    watched = ManifestStore(ClaimDuring(any_store), shard)
+    watched._known = mine
+    with pytest.raises(Fenced):
+        watched.check_fenced(mine.writer_epoch)
+    assert landed.is_set()
+
+
 def test_commit_update_gap_free_and_keeps_epoch(any_store):
     ms = ManifestStore(any_store, new_shard())
     m = ms.claim_epoch()

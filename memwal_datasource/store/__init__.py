@@ -37,6 +37,7 @@ from .base import (
     conditional_put_error,
     conditional_put_outcome,
     put_resolved,
+    read_both,
     same_bytes,
 )
 from .gcs import GCSStore
@@ -66,6 +67,7 @@ __all__ = [
     "local_path",
     "open_store",
     "put_resolved",
+    "read_both",
     "same_bytes",
 ]
 

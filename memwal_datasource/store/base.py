@@ -10,12 +10,15 @@ Nothing here imports a backend or an SDK.
 
 from __future__ import annotations
 
+import os
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from enum import Enum
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from ..errors import OutcomeUnknown, StoreError, TransientStoreError
 
@@ -62,6 +65,9 @@ class ObjectStore(ABC):
     """
 
     uri: str
+    # A request is a network round trip worth overlapping with another (object stores);
+    # local disk and memory answer faster than a thread hand-off (see read_both).
+    remote: bool = False
 
     @abstractmethod
     def put_if_absent(self, key: str, data: BytesLike) -> None:
@@ -285,3 +291,39 @@ def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
                     f"or may not have landed (last error: {exc})"
                 ) from exc
             time.sleep(backoff_delay(failures, base_delay_ms))
+
+
+A = TypeVar("A")
+B = TypeVar("B")
+_READS: futures.ThreadPoolExecutor | None = None
+_READS_LOCK = threading.Lock()
+
+
+def _reset_reads() -> None:
+    global _READS
+    _READS = None  # a forked child has none of its parent's threads
+
+
+os.register_at_fork(after_in_child=_reset_reads)
+
+
+def read_both(store: ObjectStore, first: Callable[[], A], second: Callable[[], B]
+              ) -> tuple[A, B]:
+    """``(first(), second())``: two independent reads, at once on a remote store (one
+    round trip instead of two), one after the other elsewhere. The caller must not
+    depend on their order: either may see the store first. ``second``'s error wins
+    only if ``first`` succeeded."""
+    global _READS
+    if not store.remote:
+        return first(), second()
+    with _READS_LOCK:
+        if _READS is None:
+            _READS = futures.ThreadPoolExecutor(8, thread_name_prefix="memwal-read")
+        pool = _READS
+    later = pool.submit(second)
+    try:
+        a = first()
+    except BaseException:
+        later.cancel()
+        raise
+    return a, later.result()

@@ -164,6 +164,8 @@ class ObstoreStore(ObjectStore):
     :meth:`_new_client`.
     """
 
+    remote = True  # every request is a round trip (read_both overlaps two)
+
     service: str = "object store"
     container_word: str = "bucket"
     credential_hint: str = "the storage options"

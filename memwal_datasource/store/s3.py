@@ -43,6 +43,8 @@ class S3Store(ObjectStore):
     retries (``s3_max_attempts``).
     """
 
+    remote = True  # every request is a round trip (read_both overlaps two)
+
     def __init__(self, bucket: str, prefix: str, options: S3Options):
         self.bucket = bucket
         self.prefix = prefix.strip("/")

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import uuid
+
 import pytest
 
 from memwal_datasource.errors import TransientStoreError
 from memwal_datasource.store import (
+    MemoryStore,
     PutOutcome,
     byte_view,
     conditional_put_error,
     conditional_put_outcome,
     open_store,
+    read_both,
     same_bytes,
 )
 
@@ -111,3 +116,33 @@ def test_every_backend_reads_a_conditional_answer_the_same_way(status, code, mon
             s3.put_if_absent("k", b"v")
     got.append(type(info.value))
     assert got == [expected] * 4
+
+
+class _Remote(MemoryStore):
+    remote = True
+
+
+def test_read_both_overlaps_two_reads_on_a_remote_store_only():
+    """On a remote store both reads are in flight at once (each waits for the other at a
+    barrier); elsewhere they run one after the other, in order."""
+    meet = threading.Barrier(2, timeout=10)
+    both = read_both(_Remote(uuid.uuid4().hex), lambda: (meet.wait(), "a")[1],
+                     lambda: (meet.wait(), "b")[1])
+    assert both == ("a", "b")
+    order: list[str] = []
+    local = MemoryStore(uuid.uuid4().hex)
+    assert read_both(local, lambda: order.append("1") or 1, lambda: order.append("2") or 2) == (
+        1, 2)
+    assert order == ["1", "2"]
+
+
+def test_read_both_raises_either_reads_error():
+    remote = _Remote(uuid.uuid4().hex)
+
+    def missing():
+        raise FileNotFoundError("x")
+
+    with pytest.raises(FileNotFoundError):
+        read_both(remote, missing, lambda: 1)
+    with pytest.raises(FileNotFoundError):
+        read_both(remote, lambda: 1, missing)
