@@ -77,6 +77,26 @@ def test_a_first_attempt_reuses_the_kept_writer_and_writes_only_its_entry(locati
                                                          second.last_position, 1)]
 
 
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_the_next_task_takes_the_shard_after_the_kept_record_without_reading_it(
+        location, monkeypatch):
+    """The continuing task's lease is one put after the kept writer's idle record and a
+    listing (Leases.take_after): the current lease is never read."""
+    from memwal_datasource.leases import Leases
+
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1, 2])
+    reads: list[str] = []
+    latest = Leases._latest
+    monkeypatch.setattr(Leases, "_latest", lambda self, shard: reads.append(shard) or latest(
+        self, shard))
+    second = one_job(writer, table, [3])
+    assert (second.shard_id, second.epoch) == (first.shard_id, first.epoch)
+    assert reads == []
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2, 3]
+
+
 def test_a_retried_attempt_claims_anew_and_fences_the_kept_writer(tmp_path):
     uri = str(tmp_path / "t.lance")
     writer, table = job_writer(uri, {})
