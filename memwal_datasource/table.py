@@ -513,8 +513,12 @@ def _distinct(column: pa.ChunkedArray) -> bool:
     n = len(column)
     if n < 2:
         return True
-    if pc.all(pc.greater(column.slice(1), column.slice(0, n - 1)), skip_nulls=False).as_py():
-        return True
+    try:
+        if pc.all(pc.greater(column.slice(1), column.slice(0, n - 1)),
+                  skip_nulls=False).as_py():
+            return True
+    except pa.ArrowNotImplementedError:  # a key type without an order: hash it
+        pass
     return len(pc.unique(column)) == n
 
 

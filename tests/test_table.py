@@ -123,8 +123,11 @@ def test_last_per_key_keeps_the_last_row_of_each_key_in_order(keys):
     from memwal_datasource.table import last_per_key
 
     rng = np.random.default_rng(7)
-    for n, spread in ((0, 1), (1, 1), (500, 10_000_000), (500, 40), (500, 3)):
-        k = rng.integers(0, spread, n) if spread > 1 else np.arange(n)
+    # spread 1: ascending keys (the quick test); -1: descending (the hash pass); else random
+    for n, spread in ((0, 1), (1, 1), (500, 1), (500, -1), (500, 10_000_000), (500, 40),
+                      (500, 3)):
+        k = (rng.integers(0, spread, n) if spread > 1 else
+             np.arange(n) if spread == 1 else np.arange(n)[::-1].copy())
         t = pa.table({"k": k, "j": k % 2, "seq": np.arange(n)})
         last: dict = {}
         for i, row in enumerate(zip(*(t.column(c).to_pylist() for c in keys), strict=True)):
