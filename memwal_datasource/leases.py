@@ -228,15 +228,23 @@ class Leases:
             if verdict == "takeover":
                 log.info("shard %s: %s takes the lease over from %s (an earlier attempt)",
                          shard, holder.describe(), cur.describe() if cur else "?")
-            new = Lease(shard=shard, generation=gen + 1, holder=holder,
-                        lease_id=uuid.uuid4().hex, acquired_ms=now,
-                        expires_ms=now + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
+            new = self._new_lease(shard, gen + 1, holder, now)
             if self._write(new, "acquire"):
-                self.replaced[shard] = cur
-                hooks.point("lease.acquired", shard=shard, generation=new.generation,
-                            job_id=holder.job_id, partition=holder.partition)
-                return new, None
+                return self._acquired(new, cur), None
         raise StoreError(f"shard {shard}: gave up taking a lease after {_MAX_RACES} races")
+
+    def _new_lease(self, shard: str, generation: int, holder: Holder, now_ms: int) -> Lease:
+        """A new acquisition's record at ``generation``, a TTL from ``now_ms``."""
+        return Lease(shard=shard, generation=generation, holder=holder,
+                     lease_id=uuid.uuid4().hex, acquired_ms=now_ms,
+                     expires_ms=now_ms + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
+
+    def _acquired(self, new: Lease, replaced: Lease | None) -> Lease:
+        """``new`` landed and won, replacing ``replaced``: remember it, announce it."""
+        self.replaced[new.shard] = replaced
+        hooks.point("lease.acquired", shard=new.shard, generation=new.generation,
+                    job_id=new.holder.job_id, partition=new.holder.partition)
+        return new
 
     def take_after(self, record: Lease, holder: Holder) -> Lease | None:
         """Take ``record``'s shard, believing ``record`` (one this process wrote: a kept
@@ -248,18 +256,13 @@ class Leases:
         three above it exists, and the highest never, so nothing came between.
         (A table made anew at the path breaks that: the caller checks the table.)
         """
-        if self._verdict(record, holder, self._now_ms()) != "free":
-            return None
         now = self._now_ms()
-        new = Lease(shard=record.shard, generation=record.generation + 1, holder=holder,
-                    lease_id=uuid.uuid4().hex, acquired_ms=now,
-                    expires_ms=now + int(self.ttl_s * 1000), nonce=uuid.uuid4().hex)
+        if self._verdict(record, holder, now) != "free":
+            return None
+        new = self._new_lease(record.shard, record.generation + 1, holder, now)
         if not self._write(new, "acquire", after=record):
             return None
-        self.replaced[record.shard] = record
-        hooks.point("lease.acquired", shard=record.shard, generation=new.generation,
-                    job_id=holder.job_id, partition=holder.partition)
-        return new
+        return self._acquired(new, record)
 
     def try_acquire(self, shard: str, holder: Holder) -> Lease | None:
         """Take the shard's lease now, or return ``None`` if another live holder has it.

@@ -84,10 +84,11 @@ class ManifestStore:
         return hint
 
     def _hint_and_next(self) -> tuple[int | None, bool | None]:
-        """The hint, and whether the version after the one we know exists (``None``:
-        we know none). On an object store the two reads go at once (:func:`read_both`):
-        either order gives the same verdict in :meth:`latest_version`, as of the later
-        read's moment or, if a claim landed between them, with the claim seen."""
+        """The hint, and whether the version after the one we know exists (``None``: not
+        probed). On an object store the two reads go at once (:func:`read_both`), so
+        the verdict is as of the probe, which starts after what the check guards; the
+        hint only adds evidence (a freed next version). Elsewhere the probe is skipped
+        when the hint already shows a newer version."""
         known = self._known
         if known is None:
             return self._hint(), None
