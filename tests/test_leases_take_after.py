@@ -8,13 +8,14 @@ against a renewal of the record.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from memwal_datasource import hooks
 from memwal_datasource.leases import LEASES_DIR, Holder
-from tests.helpers import DelegatingStore, new_shard
+from tests.helpers import new_shard
+from tests.test_commit import CountingStore
 from tests.test_leases import FakeClock, job, lease_keys, leases_on
 
 
@@ -53,18 +54,12 @@ def idle_record(leases, shard: str, holder: Holder):
     return leases.relabel(leases.try_acquire(shard, holder), kept(holder))
 
 
-class Counting(DelegatingStore):
+class Counting(CountingStore):
+    """The commit tests' counting store, also counting puts-if-absent and bulk deletes."""
+
     def __init__(self, inner):
         super().__init__(inner)
-        self.calls: Counter = Counter()
-
-    def get(self, key):
-        self.calls["get"] += 1
-        return super().get(key)
-
-    def list(self, prefix):
-        self.calls["list"] += 1
-        return super().list(prefix)
+        self.calls.update(put=0, delete_many=0)
 
     def put_if_absent(self, key, data):
         self.calls["put"] += 1
@@ -73,6 +68,15 @@ class Counting(DelegatingStore):
     def delete_many(self, keys):
         self.calls["delete_many"] += 1
         self.inner.delete_many(keys)
+
+
+def at_once(*actors: Callable[[], None]) -> None:
+    """Run each actor in its own thread and wait for all of them."""
+    threads = [threading.Thread(target=actor) for actor in actors]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
 
 
 def test_take_after_our_idle_record_is_one_put_and_one_listing(any_store, clock):
@@ -85,14 +89,15 @@ def test_take_after_our_idle_record_is_one_put_and_one_listing(any_store, clock)
     assert got is not None and got.generation == record.generation + 1
     assert got.holder.job_id == "B" and taker.replaced[shard] == record
     assert leases.current(shard) == got
-    assert counting.calls == {"put": 1, "list": 1}  # nothing read, nothing old to delete yet
+    # nothing read, nothing old to delete yet
+    assert counting.calls == {"get": 0, "head": 0, "list": 1, "put": 1, "delete_many": 0}
     for i in range(4):  # later ones delete what is 3 below them, in one request each
         clock.advance(1)
         record = taker.relabel(got, kept(job("B")))
-        counting.calls.clear()
+        counting.calls = dict.fromkeys(counting.calls, 0)
         got = taker.take_after(record, job(f"C{i}"))
         assert got is not None
-        assert counting.calls == {"put": 1, "list": 1, "delete_many": 1}
+        assert counting.calls == {"get": 0, "head": 0, "list": 1, "put": 1, "delete_many": 1}
     assert lease_keys(any_store, shard) == [
         f"{LEASES_DIR}/{shard}/{g:020d}.json"
         for g in range(got.generation - 2, got.generation + 1)]
@@ -154,14 +159,11 @@ def test_two_takers_after_one_record_exactly_one_wins(any_store, clock):
     seen = meet_at_puts(2)
     won: dict[str, object] = {}
 
-    def take(name: str) -> None:
-        won[name] = leases_on(any_store, clock).take_after(record, job(name))
+    def take(name: str) -> Callable[[], None]:
+        return lambda: won.__setitem__(name, leases_on(any_store, clock).take_after(
+            record, job(name)))
 
-    threads = [threading.Thread(target=take, args=(n,)) for n in ("B", "C")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    at_once(take("B"), take("C"))
     winners = [n for n, lease in won.items() if lease is not None]
     assert len(seen) == 2 and len(won) == 2 and len(winners) == 1
     assert leases.current(shard).holder.job_id == winners[0]
@@ -181,11 +183,7 @@ def test_take_after_racing_a_full_acquisition_exactly_one_holds(any_store, clock
     def acquirer():
         got["acquire"] = leases_on(any_store, clock).try_acquire(shard, job("C"))
 
-    threads = [threading.Thread(target=taker), threading.Thread(target=acquirer)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    at_once(taker, acquirer)
     holders = [lease for lease in got.values() if lease is not None]
     assert len(seen) == 2 and len(got) == 2 and len(holders) == 1
     assert leases.current(shard) == holders[0]
@@ -210,11 +208,7 @@ def test_take_after_racing_the_records_renewal(any_store, clock):
     def take():
         out["taken"] = leases_on(any_store, clock).take_after(record, job("B"))
 
-    threads = [threading.Thread(target=renew), threading.Thread(target=take)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    at_once(renew, take)
     assert len(seen) == 2
     hooks.clear()
     current = leases.current(shard)
