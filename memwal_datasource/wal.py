@@ -140,7 +140,9 @@ class WalAppender:
         start position and sentinel are fixed the fence is checked again, as
         Lance does: a writer that stalled between its claim and the tip while a
         newer epoch claimed, wrote and closed fails here with :class:`Fenced`
-        instead of appending above the newer epoch's sentinel.
+        instead of appending above the newer epoch's sentinel; the fence is also
+        checked before the sentinel, so a stalled opener never leaves its sentinel
+        above a newer one's.
         """
         manifests = ManifestStore(store, shard_id, retries=max_retries,
                                   retry_base_delay_ms=retry_base_delay_ms)
@@ -152,6 +154,11 @@ class WalAppender:
                        max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms,
                        manifests=manifests)
         if m.writer_epoch >= 2:
+            # A newer epoch that claimed while we found the tip may already have its
+            # sentinel below our tip: ours must not land above it. Its claim came before
+            # its sentinel, so this check sees it; a claim after this check finds its tip
+            # after ours or collides with our sentinel's slot (then we check again there).
+            appender._check_fence()
             res = appender._append_bytes(encode_sentinel(m.writer_epoch))
             appender.sentinel_position = res.position
             hooks.point("open.sentinel", shard=manifests.shard_id, epoch=m.writer_epoch,

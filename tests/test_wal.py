@@ -8,6 +8,7 @@ import threading
 import pyarrow as pa
 import pytest
 
+from memwal_datasource import hooks
 from memwal_datasource.errors import CorruptEntryError, Fenced, WriterPoisoned
 from memwal_datasource.format import encode_wal_entry, wal_key
 from memwal_datasource.manifest import ManifestStore
@@ -174,6 +175,44 @@ def test_thread_race_fenced_writers_never_land_above_sentinel(any_store):
     for t in threads:
         t.join()
     check_no_entry_above_newer_sentinel(any_store, shard)
+
+
+def test_opener_stalled_after_its_claim_leaves_no_sentinel_above_a_newer_one(any_store):
+    """Opener A claims epoch 2 and stalls before finding the tip; B claims epoch 3, writes
+    its sentinel at the tip and appends; A wakes: fenced, with nothing written above B's
+    sentinel (it used to leave its own sentinel there)."""
+    shard = new_shard()
+    WalAppender.open(any_store, shard, schema=SCHEMA)  # epoch 1
+    paused, go = threading.Event(), threading.Event()
+
+    def stall(**_):
+        if threading.current_thread().name == "opener-A" and not paused.is_set():
+            paused.set()
+            go.wait(60)
+
+    hooks.register("claim.written", stall)
+    out: dict = {}
+
+    def opener_a():
+        try:
+            out["a"] = WalAppender.open(any_store, shard, schema=SCHEMA)
+        except Fenced as exc:
+            out["a"] = exc
+
+    a = threading.Thread(target=opener_a, name="opener-A")
+    a.start()
+    try:
+        assert paused.wait(60)
+        b = WalAppender.open(any_store, shard, schema=SCHEMA)
+        b.append(SCHEMA, [make_batch(0, 1)])
+    finally:
+        go.set()
+        a.join(60)
+        hooks.clear()
+    assert isinstance(out["a"], Fenced) and b.epoch == 3
+    check_no_entry_above_newer_sentinel(any_store, shard)
+    assert all(e.writer_epoch == 3 for _p, e in WalTailer(any_store, shard).entries(
+        b.sentinel_position, include_sentinels=True))
 
 
 def check_no_entry_above_newer_sentinel(store, shard):
