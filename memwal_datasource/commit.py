@@ -72,7 +72,7 @@ from .errors import (  # noqa: F401 - re-exported
     MemWalError,
     OutcomeUnknown,
 )
-from .store import ObjectStore, put_resolved
+from .store import ObjectStore, put_resolved, read_both
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,10 @@ class CommitLog(CommitLogReader):
                            ordered=ordered_epochs and bool(ranges))
         if kind != APPEND or at_sequence is not None or not group:
             return self._append_alone(rec, txn, at_sequence)
-        seq = self.next_sequence()
-        if not self._intents.any_pending():  # no contention seen: no intent, one PUT
+        # Whether intents are stored only picks the path (a PUT alone is exact either way),
+        # so on an object store that listing goes at once with finding the next number.
+        seq, contended = read_both(self.store, self.next_sequence, self._intents.any_pending)
+        if not contended:  # no contention seen: no intent, one PUT
             result = self._append_alone(rec, txn, seq, once=True)
             if result is not None:
                 return result
