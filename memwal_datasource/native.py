@@ -157,7 +157,8 @@ def hide_shard(table: TableView, shard_id: str, ds=None) -> bool:
                       f"{_HIDE_ATTEMPTS} commit conflicts; retry the write")
 
 
-def advance_replay_to_tip(store: ObjectStore, shard_id: str) -> ShardManifest | None:
+def advance_replay_to_tip(store: ObjectStore, shard_id: str,
+                          manifests: ManifestStore | None = None) -> ShardManifest | None:
     """Fence ``shard_id`` and move its replay position past every stored WAL entry.
 
     Returns the new manifest, or ``None`` for a shard without one (nothing to
@@ -169,10 +170,10 @@ def advance_replay_to_tip(store: ObjectStore, shard_id: str) -> ShardManifest | 
     was committed before stays readable from the WAL ranges its commit records
     name, which is where every reader of this package and the compactor read it.
     """
-    manifests = ManifestStore(store, shard_id)
+    manifests = manifests or ManifestStore(store, shard_id)
     if manifests.latest() is None:
         return None
-    fence = WalAppender.open(store, manifests.shard_id, create=False)
+    fence = WalAppender.open(store, manifests.shard_id, create=False, manifests=manifests)
     last = fence.next_position - 1  # the sentinel (or an entry above it, if one won the slot)
 
     def past_tip(m: ShardManifest) -> None:
@@ -249,11 +250,11 @@ class NativeShardWriter(ShardWriter):
     """pylance's ``LanceDataset.mem_wal_writer`` with our interface and stats."""
 
     def __init__(self, native, uri, store, shard_id, schema, config, epoch, tip_before,
-                 sstables_before):
+                 sstables_before, manifests: ManifestStore | None = None):
         self._native = native
         self.uri = uri
         self._store = store
-        self._manifests = ManifestStore(store, shard_id)
+        self._manifests = manifests or ManifestStore(store, shard_id)
         self.shard_id = shard_id
         self.schema = schema
         self.config = config
@@ -267,7 +268,8 @@ class NativeShardWriter(ShardWriter):
 
     @classmethod
     def open(cls, uri: str, shard_id: str, schema: pa.Schema, config: ShardWriterConfig,
-             storage_options: Mapping[str, str] | None = None) -> NativeShardWriter:
+             storage_options: Mapping[str, str] | None = None, *,
+             manifests: ManifestStore | None = None) -> NativeShardWriter:
         """Open the native writer with nothing to replay (see :func:`advance_replay_to_tip`).
 
         Writes twice on a shard with history: our fence (claim, sentinel and
@@ -277,7 +279,7 @@ class NativeShardWriter(ShardWriter):
         import lance
 
         check_native_config(config)
-        store = open_store(uri, storage_options)
+        store = manifests.store if manifests is not None else open_store(uri, storage_options)
         try:
             ds = lance.dataset(uri, storage_options=native_storage_options(storage_options))
         except (OSError, ValueError) as exc:
@@ -285,11 +287,13 @@ class NativeShardWriter(ShardWriter):
                 f"MemTable mode needs an existing Lance table with a MemWAL at {uri}: {exc}"
             ) from None
         check_primary_key(uri, ds.schema)
-        manifests = ManifestStore(store, shard_id)
+        # One chain object for the whole open and the writer's life: each step after the
+        # first re-checks the version it knows (one round trip) instead of reading anew.
+        manifests = manifests or ManifestStore(store, shard_id)
         if hide_shard(TableView(uri, storage_options, store=store), manifests.shard_id, ds):
             ds = lance.dataset(uri, storage_options=native_storage_options(storage_options))
-        before = advance_replay_to_tip(store, manifests.shard_id)
-        tip_before = WalTailer(store, manifests.shard_id).next_position()
+        before = advance_replay_to_tip(store, manifests.shard_id, manifests)
+        tip_before = WalTailer(store, manifests.shard_id, manifests).next_position()
         kwargs = {name: getattr(config, name) for name in NATIVE_KWARGS}
         try:
             native = ds.mem_wal_writer(manifests.shard_id, **kwargs)
@@ -299,7 +303,7 @@ class NativeShardWriter(ShardWriter):
         epoch = claimed_epoch(manifests, before.version if before else 0,
                               before.writer_epoch if before else 0, native)
         writer = cls(native, uri, store, manifests.shard_id, schema, config, epoch, tip_before,
-                     {s.path for s in (before.sstables if before else [])})
+                     {s.path for s in (before.sstables if before else [])}, manifests)
         # Known right from open: the native open has already dropped its sentinel.
         writer._stats.next_wal_entry_position = find_tip(store, manifests.shard_id, tip_before)
         return writer
@@ -367,7 +371,7 @@ class NativeShardWriter(ShardWriter):
             s.memtable = dict(native)
         except OSError:
             s.memtable = {}
-        tailer = WalTailer(self._store, self.shard_id)
+        tailer = WalTailer(self._store, self.shard_id, self._manifests)
         tip = tailer.next_position()
         s.next_wal_entry_position = tip
         first = None

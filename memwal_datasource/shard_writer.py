@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from .config import ShardWriterConfig
 from .format import FieldId
+from .manifest import ManifestStore
 from .native import NativeShardWriter
 from .store import ObjectStore, open_store
 from .table import lance_field_ids
@@ -38,22 +39,27 @@ def open_shard_writer(
     *,
     store: ObjectStore | None = None,
     field_ids: Mapping[str, FieldId] | None = None,
+    manifests: ManifestStore | None = None,
 ) -> ShardWriter:
     """Validate ``config``, claim the shard and return a writer of the configured mode.
 
     WAL-only entries carry the table's Lance field ids as pylance's do:
     ``field_ids`` (from :func:`memwal_datasource.table.field_ids`) saves reading
     them from the table at ``uri``; without a Lance table there, entries carry none.
+    ``manifests``: the shard's chain as the caller already read it (its store is used).
     """
     config = (config or ShardWriterConfig()).validate()
     if config.enable_memtable:
-        return NativeShardWriter.open(uri, shard_id, schema, config, storage_options)
-    store = store or open_store(uri, storage_options)
+        return NativeShardWriter.open(uri, shard_id, schema, config, storage_options,
+                                      manifests=manifests)
+    store = store or (manifests.store if manifests is not None
+                      else open_store(uri, storage_options))
     if field_ids is None:
         field_ids = lance_field_ids(uri, storage_options)
     appender = WalAppender.open(
         store, shard_id, schema=schema,
         max_retries=config.max_wal_persist_retries,
         retry_base_delay_ms=config.wal_persist_retry_base_delay_ms,
+        manifests=manifests,
     )
     return WalOnlyShardWriter(appender, schema, config, field_ids)

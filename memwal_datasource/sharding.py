@@ -392,7 +392,7 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
 
 
 def initialize_shard(store: ObjectStore, sharding: Sharding, shard_id: str,
-                     value: Any) -> None:
+                     value: Any, manifests: ManifestStore | None = None) -> None:
     """Make sure shard ``shard_id`` records ``value``'s identity before its first claim.
 
     A new shard gets version 1 with the spec id and field entries (epoch 0, as
@@ -402,7 +402,7 @@ def initialize_shard(store: ObjectStore, sharding: Sharding, shard_id: str,
     holds another value's rows, and writing there would break Lance's
     one-key-one-shard rule, so it is refused.
     """
-    manifests = ManifestStore(store, shard_id)
+    manifests = manifests or ManifestStore(store, shard_id)
     entries = sharding.field_entries(value)
     current = manifests.initialize(sharding.spec_id, entries)
     if current.shard_spec_id not in (0, sharding.spec_id) or (

@@ -131,6 +131,7 @@ class WalAppender:
         create: bool = True,
         max_retries: int = 3,
         retry_base_delay_ms: int = 50,
+        manifests: ManifestStore | None = None,
     ) -> WalAppender:
         """Claim a new epoch on the shard and position at the WAL tip.
 
@@ -142,10 +143,11 @@ class WalAppender:
         newer epoch claimed, wrote and closed fails here with :class:`Fenced`
         instead of appending above the newer epoch's sentinel; the fence is also
         checked before the sentinel, so a stalled opener never leaves its sentinel
-        above a newer one's.
+        above a newer one's. ``manifests``: the shard's chain as the caller already
+        knows it (one open reads it once; see :class:`ManifestStore`).
         """
-        manifests = ManifestStore(store, shard_id, retries=max_retries,
-                                  retry_base_delay_ms=retry_base_delay_ms)
+        manifests = manifests or ManifestStore(store, shard_id, retries=max_retries,
+                                               retry_base_delay_ms=retry_base_delay_ms)
         m = manifests.claim_epoch(create=create)
         seed = max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1
         tip = find_tip(store, manifests.shard_id, seed)
@@ -313,9 +315,10 @@ class WalAppender:
 class WalTailer:
     """Reads a shard's WAL by position. Never writes."""
 
-    def __init__(self, store: ObjectStore, shard_id: str):
+    def __init__(self, store: ObjectStore, shard_id: str,
+                 manifests: ManifestStore | None = None):
         self.store = store
-        self.manifests = ManifestStore(store, shard_id)
+        self.manifests = manifests or ManifestStore(store, shard_id)
         self.shard_id = self.manifests.shard_id
 
     def _where(self, position: int) -> str:

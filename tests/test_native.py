@@ -22,7 +22,7 @@ from memwal_datasource.options import lance_storage_options
 from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
 from memwal_datasource.table import create_table
-from tests.helpers import SCHEMA, make_batch, new_shard, wal_entries, wal_rows
+from tests.helpers import SCHEMA, DelegatingStore, make_batch, new_shard, wal_entries, wal_rows
 from tests.test_writer import ROWS, wal_only
 
 REPO = Path(__file__).resolve().parent.parent
@@ -283,3 +283,47 @@ def test_native_epoch_is_the_one_it_claimed_not_the_latest(table):
         claimed_epoch(ms, before.version, before.writer_epoch, Native())
     assert Native.closed
     hooks.clear()
+
+
+class _ManifestReads(DelegatingStore):
+    """Counts GETs of each shard manifest version (``.binpb``) made through our store."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.gets: dict[str, int] = {}
+
+    def get(self, key):
+        if key.endswith(".binpb"):
+            self.gets[key] = self.gets.get(key, 0) + 1
+        return super().get(key)
+
+
+@native_backends
+@pytest.mark.parametrize("mode", ["memtable", "wal_only"])
+def test_one_open_reads_each_manifest_version_once(table, mode):
+    """An open (the sharding check, our fence, pylance's claim, the tip) shares one chain
+    object, so each version it reads is fetched once, not once per step; the writer it
+    returns still holds the shard and is fenced by a newer claim."""
+    uri, opts = table
+    shard = new_shard()
+    config = memtable() if mode == "memtable" else ShardWriterConfig(enable_memtable=False)
+    first = open_shard_writer(uri, shard, SCHEMA, config, opts)  # a shard with history
+    first.put(make_batch(0, ROWS))
+    first.close()
+    counting = _ManifestReads(open_store(uri, opts))
+    manifests = ManifestStore(counting, shard)
+    w = open_shard_writer(uri, shard, SCHEMA, config, opts, manifests=manifests)
+    w.put(make_batch(ROWS, ROWS))
+    w.close()
+    assert counting.gets and max(counting.gets.values()) == 1, counting.gets
+    stored = ManifestStore(open_store(uri, opts), shard).latest()
+    assert w.stats().epoch == stored.writer_epoch > first.stats().epoch
+    # A writer opened this way is fenced by a claim made after its open like any other.
+    shared = open_shard_writer(uri, shard, SCHEMA, config, opts,
+                               manifests=ManifestStore(open_store(uri, opts), shard))
+    shared.put(make_batch(2 * ROWS, ROWS))
+    newer = open_shard_writer(uri, shard, SCHEMA, config, opts)
+    with pytest.raises(Fenced):
+        shared.put(make_batch(3 * ROWS, ROWS))
+        shared.close()
+    newer.close()

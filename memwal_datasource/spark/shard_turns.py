@@ -57,6 +57,7 @@ from .. import hooks
 from ..commit import CommittedRange
 from ..errors import Fenced
 from ..leases import HeldLease, Holder, Lease, LeaseHeld, Leases
+from ..manifest import ManifestStore
 from ..shard_writer import open_shard_writer
 from ..sharding import ShardConflict, initialize_shard
 from ..store import open_store
@@ -101,10 +102,15 @@ def open_shard(opts: WriteOptions, shard_id: str, schema: pa.Schema,
     On a sharded table the shard first records its sharding identity (spec id
     and field entries, as Lance's format defines them).
     """
+    # One chain object for the whole open: after the first read, each step re-checks
+    # the version it knows (one round trip) instead of reading the chain anew.
+    manifests = ManifestStore(open_store(opts.path, opts.storage), shard_id,
+                              retries=opts.config.max_wal_persist_retries,
+                              retry_base_delay_ms=opts.config.wal_persist_retry_base_delay_ms)
     if opts.sharding is not None:
-        initialize_shard(open_store(opts.path, opts.storage), opts.sharding, shard_id, value)
+        initialize_shard(manifests.store, opts.sharding, shard_id, value, manifests)
     return open_shard_writer(opts.path, shard_id, schema, opts.config, opts.storage,
-                             field_ids=opts.field_ids)
+                             field_ids=opts.field_ids, manifests=manifests)
 
 
 def stagger(shards, partition: int) -> list[str]:
