@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 from .commit_format import (
     APPEND,
@@ -39,7 +40,7 @@ from .commit_format import (
     stream_app_id,
 )
 from .errors import CorruptEntryError, MemWalError
-from .store import ObjectStore, put_resolved
+from .store import ObjectStore, put_resolved, read_all
 from .wal import first_missing
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,9 @@ class CommitLogReader:
         self._state: Checkpoint | None = None  # our own fold: records 1..sequence
         self._holders: dict[str, int] = {}  # intent id: the record that answered it
         self._listed: int | None = None  # the newest checkpoint our last LIST showed
+        # Answers a seeded reader's first look read at once (see _read_ahead); each is
+        # used once, by the read it stands for, and dropped when that look ends.
+        self._ahead: dict[tuple[str, str], Any] = {}
         with _FOLDS_LOCK:
             seed = _FOLDS.get(store.uri)
         self._seed = seed  # what we were seeded with: forgotten if it proves stale
@@ -98,7 +102,11 @@ class CommitLogReader:
     # --- reading records -------------------------------------------------------------
 
     def _exists(self, sequence: int) -> bool:
-        return sequence in self._cache or self.store.exists(record_key(sequence))
+        if sequence in self._cache:
+            return True
+        key = record_key(sequence)
+        ahead = self._ahead.pop(("exists", key), None)
+        return ahead if ahead is not None else self.store.exists(key)
 
     def _fetch(self, sequence: int) -> tuple[CommitRecord | None, bool]:
         """Record ``sequence`` or ``None`` if absent, and whether the store was asked.
@@ -109,9 +117,12 @@ class CommitLogReader:
         if rec is not None:
             return rec, False
         key = record_key(sequence)
+        data = self._ahead.pop(("get", key), None)
         try:
-            data = self.store.get(key)
+            data = data if data is not None else self.store.get(key)
         except FileNotFoundError:
+            data = b""
+        if not data:  # b"": read ahead or now, and missing
             return None, True
         rec = CommitRecord.from_json(data, self.store.describe(key))
         self._remember(rec)
@@ -233,7 +244,8 @@ class CommitLogReader:
 
     def _checkpoint_sequences(self) -> list[int]:
         out = []
-        for key in self.store.list(CHECKPOINTS_DIR + "/"):
+        keys = self._ahead.pop(("list", CHECKPOINTS_DIR + "/"), None)
+        for key in keys if keys is not None else self.store.list(CHECKPOINTS_DIR + "/"):
             name = key.rsplit("/", 1)[-1]
             if name.endswith(".json") and name[:-5].isdigit():
                 out.append(int(name[:-5]))
@@ -288,6 +300,7 @@ class CommitLogReader:
                     del _FOLDS[self.store.uri]
             self._state, self._ckpt, self._listed = None, None, None
             self._by_list = False
+            self._ahead.clear()
             self._cache.clear()
             self._holders.clear()
 
@@ -345,6 +358,41 @@ class CommitLogReader:
 
     def next_sequence(self) -> int:
         """The first unused sequence number; never one at or below a checkpoint."""
+        try:
+            self._read_ahead()
+            return self._next_sequence()
+        finally:
+            self._ahead.clear()  # an answer not used now is too old for any later look
+
+    def _read_ahead(self) -> None:
+        """A seeded reader's first look on an object store: its three reads at once.
+
+        The seed check (GET of the seed's last record ``s``), the checkpoint LIST and
+        the probe of ``s + 1`` are independent, and each is used by the code that would
+        have made it, so nothing else changes: any order of three reads is one a
+        sequential reader could meet, and what they decide is checked again after the
+        PUT as always (docs/protocol.md, "Committing at scale"). One round trip
+        instead of three.
+        """
+        state = self._state
+        if not (self._seeded and self.store.remote and not self._ckpt_looked
+                and state is not None and state.sequence):
+            return
+        rec_key, next_key = record_key(state.sequence), record_key(state.sequence + 1)
+
+        def get() -> bytes:
+            try:
+                return self.store.get(rec_key)
+            except FileNotFoundError:
+                return b""
+
+        got, listed, following = read_all(
+            self.store, get, lambda: list(self.store.list(CHECKPOINTS_DIR + "/")),
+            lambda: self.store.exists(next_key))
+        self._ahead = {("get", rec_key): got, ("list", CHECKPOINTS_DIR + "/"): listed,
+                       ("exists", next_key): following}
+
+    def _next_sequence(self) -> int:
         self._ready()
         for _ in range(MAX_RELOADS):
             ck = self.latest_checkpoint()

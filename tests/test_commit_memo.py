@@ -17,7 +17,8 @@ from memwal_datasource import commit_reader
 from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
 from memwal_datasource.commit_reader import forget_folds
 from memwal_datasource.errors import OutcomeUnknown
-from tests.test_commit import CountingStore, _expected, _fill
+from tests.helpers import DelegatingStore
+from tests.test_commit import CountingStore, _expected, _fill, _gc
 
 
 def _wipe(store) -> None:
@@ -197,3 +198,70 @@ def test_warm_committers_racing_a_collector_commit_each_job_once(any_store, monk
     got = sorted((r.shard_id, r.first) for r in visible)  # each job once (group records
     want = sorted((f"w{w}", i + 1) for w in range(3) for i in range(done[w]))  # hold many)
     assert sorted(set(got) - set(unknown)) == want and len(got) == len(set(got))
+
+
+class _Remote(DelegatingStore):
+    """``any_store`` as an object store (reads may go at once), with a hook on reads."""
+
+    remote = True
+
+    def __init__(self, inner, on_read):
+        super().__init__(inner)
+        self.on_read = on_read
+
+    def get(self, key):
+        self.on_read("get", key)
+        return super().get(key)
+
+    def head(self, key):
+        self.on_read("head", key)
+        return super().head(key)
+
+    def list(self, prefix):
+        self.on_read("list", prefix)
+        return super().list(prefix)
+
+
+def test_a_warm_commit_on_an_object_store_makes_its_first_look_at_once(any_store):
+    """The seed check, the checkpoint LIST, the tip probe and the intents LIST of a warm
+    commit are in flight together: each waits here until all four have started (a
+    sequential look would break the barrier and fail the commit)."""
+    _fill(any_store, 30, 10)
+    meet, waited = threading.Barrier(4, timeout=10), []
+
+    def at_once(op, key):
+        if len(waited) < 4:
+            waited.append((op, key))
+            meet.wait()
+
+    assert CommitLog(_Remote(any_store, at_once)).append(APPEND, _one(31)).record.sequence == 31
+    assert sorted(op for op, _key in waited) == ["get", "head", "list", "list"], waited
+    forget_folds()
+    assert CommitLog(any_store).visible()[-1].sequence == 31
+
+
+@pytest.mark.parametrize("during", ["get", "head", "list"])
+def test_a_warm_commit_reading_at_once_while_another_commits_and_a_collector_runs(
+        any_store, during):
+    """Another process commits the next record and a collector checkpoints it and deletes
+    every record below, just before one of the warm commit's reads at once (the others
+    may have seen the log before): the commit lands once, after that record, and the
+    log reads every job once."""
+    _fill(any_store, 30, 10)
+    fired = threading.Event()
+
+    def rival_then_collector(op, key):
+        if op == during and not fired.is_set() and (op == "list" or "_memwal_commits/0" in key):
+            fired.set()
+            theirs = CommitLog(any_store, checkpoint_interval=None)
+            theirs._seeded, theirs._state, theirs._ckpt = False, None, None  # another process
+            assert theirs.append(APPEND, _one(31, "other")).record.sequence == 31
+            assert theirs.checkpoint().sequence == 31
+            _gc(any_store, 31)
+
+    ours = CommitLog(_Remote(any_store, rival_then_collector)).append(APPEND, _one(32))
+    assert fired.is_set() and ours.record.sequence == 32
+    forget_folds()
+    visible = CommitLog(any_store).visible()
+    assert [r.sequence for r in visible][-2:] == [31, 32]
+    assert [r.shard_id for r in visible[-2:]] == ["other", "s"]

@@ -37,6 +37,7 @@ from .base import (
     conditional_put_error,
     conditional_put_outcome,
     put_resolved,
+    read_all,
     read_both,
     same_bytes,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "local_path",
     "open_store",
     "put_resolved",
+    "read_all",
     "read_both",
     "same_bytes",
 ]

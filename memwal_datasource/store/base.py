@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from enum import Enum
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from ..errors import OutcomeUnknown, StoreError, TransientStoreError
 
@@ -313,17 +313,29 @@ def read_both(store: ObjectStore, first: Callable[[], A], second: Callable[[], B
     round trip instead of two), one after the other elsewhere. The caller must not
     depend on their order: either may see the store first. ``second``'s error wins
     only if ``first`` succeeded."""
+    a, b = read_all(store, first, second)
+    return a, b
+
+
+def read_all(store: ObjectStore, *reads: Callable[[], Any]) -> list[Any]:
+    """``[read() for read in reads]``, at once on a remote store, in order elsewhere.
+
+    The reads must be independent and the caller must accept them seen in any order
+    (each takes effect at one moment during the call). The first read runs in the
+    calling thread; the first error raised, in argument order, is the one raised.
+    """
     global _READS
-    if not store.remote:
-        return first(), second()
+    if not store.remote or len(reads) < 2:
+        return [read() for read in reads]
     with _READS_LOCK:
         if _READS is None:
             _READS = futures.ThreadPoolExecutor(8, thread_name_prefix="memwal-read")
         pool = _READS
-    later = pool.submit(second)
+    later = [pool.submit(read) for read in reads[1:]]
     try:
-        a = first()
+        first = reads[0]()
     except BaseException:
-        later.cancel()
+        for f in later:
+            f.cancel()
         raise
-    return a, later.result()
+    return [first, *(f.result() for f in later)]
