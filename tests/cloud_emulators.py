@@ -126,27 +126,49 @@ class AzureEmulator:
                 "azure_storage_account_key": self.key,
                 "azure_endpoint": endpoint or self.endpoint, "allow_http": "true"}
 
-    def create_container(self, name: str) -> None:
-        """Create a container with a SharedKey-signed REST call (no SDK needed)."""
+    def _container_call(self, method: str, name: str) -> tuple[int, bytes]:
+        """A SharedKey-signed container REST call (no SDK needed): (status, body)."""
         parts = urlsplit(self.endpoint)
         date = dt.datetime.now(dt.timezone.utc).strftime("%a, %d %b %Y %H:%M:%S GMT")
         version = "2021-08-06"
-        to_sign = ("PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{version}\n"
+        to_sign = (f"{method}\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{version}\n"
                    f"/{self.account}/{self.account}/{name}\nrestype:container")
         sig = base64.b64encode(hmac.new(base64.b64decode(self.key), to_sign.encode(),
                                         hashlib.sha256).digest()).decode()
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
         try:
-            conn.request("PUT", f"/{self.account}/{name}?restype=container", body=b"",
+            conn.request(method, f"/{self.account}/{name}?restype=container", body=b"",
                          headers={"x-ms-date": date, "x-ms-version": version,
                                   "Authorization": f"SharedKey {self.account}:{sig}"})
             resp = conn.getresponse()
-            body = resp.read()
+            return resp.status, resp.read()
         finally:
             conn.close()
-        if resp.status not in (201, 409):
+
+    def create_container(self, name: str) -> None:
+        """Create a container (an existing one is fine)."""
+        status, body = self._container_call("PUT", name)
+        if status not in (201, 409):
             raise EmulatorUnavailable(f"Azurite refused to create container {name}: "
-                                      f"{resp.status} {body[:300]!r}")
+                                      f"{status} {body[:300]!r}")
+
+    def new_container(self) -> str:
+        """A fresh container of its own for one test.
+
+        Azurite (in memory) scans every blob of a container to answer a prefix
+        listing, so one container shared by the whole run makes each listing
+        slower as the run goes on, until a busy Azurite stops answering.
+        """
+        name = f"t{uuid.uuid4().hex}"
+        self.create_container(name)
+        return name
+
+    def delete_container(self, name: str) -> None:
+        """Delete a test's container and its blobs (best effort: the run goes on)."""
+        try:
+            self._container_call("DELETE", name)
+        except OSError:
+            pass
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -522,9 +544,11 @@ def gcs_table(gcs_emulator):
 
 @pytest.fixture
 def azure_table(azure_emulator):
-    """(uri, storage_options) of a fresh table location on Azurite."""
-    return (f"az://{azure_emulator.container}/{uuid.uuid4().hex}/t.lance",
-            azure_emulator.storage_options())
+    """(uri, storage_options) of a fresh table location on Azurite, in a container of its
+    own (see AzureEmulator.new_container), deleted after the test."""
+    name = azure_emulator.new_container()
+    yield f"az://{name}/t.lance", azure_emulator.storage_options()
+    azure_emulator.delete_container(name)
 
 
 def _proxied(emu, uri):
@@ -547,7 +571,8 @@ def proxied_gcs_table(gcs_emulator):
 @pytest.fixture
 def proxied_azure_table(azure_emulator):
     """``(proxy, (uri, options))``: a fresh Azurite table location seen through a fault proxy."""
-    proxy, loc = _proxied(azure_emulator,
-                          f"az://{azure_emulator.container}/{uuid.uuid4().hex}/t.lance")
+    name = azure_emulator.new_container()
+    proxy, loc = _proxied(azure_emulator, f"az://{name}/t.lance")
     yield proxy, loc
     proxy.stop()
+    azure_emulator.delete_container(name)
