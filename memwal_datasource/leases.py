@@ -10,10 +10,10 @@ change (acquire, renew, release) writes the next generation put-if-absent
 through :func:`~memwal_datasource.store.put_resolved`. A lost acknowledgement
 is read back: each body carries a random nonce, so our bytes are never taken
 for a rival's. The current lease is the highest generation. An acquisition
-deletes, in one request, every generation three or more below its own (a
-release or relabel deletes none, a renewal one), so a shard's listing stays at
-three to five keys and stays cheap. These are not WAL files, so deleting them
-is safe.
+deletes, in one request, every generation three or more below its own once
+there are ``PRUNE_AT`` of them (a release or relabel deletes none, a renewal
+one), so a shard's listing stays at three to ten keys and stays cheap. These
+are not WAL files, so deleting them is safe.
 Because of that deletion, a writer whose listing is very stale could create a
 freed low generation, so an acquisition lists again afterwards and counts as
 won only if nothing higher exists. A holder renewing or releasing writes its
@@ -86,6 +86,10 @@ log = logging.getLogger(__name__)
 LEASES_DIR = "_memwal_leases"
 DEFAULT_TTL_S = 120.0
 KEEP_GENERATIONS = 3  # the current one and the two below it (g-2 .. g)
+# An acquisition deletes old generations only once this many are three or more below it:
+# one request every few acquisitions instead of one each (a kept writer's append makes two
+# generations), and a listing of at most KEEP_GENERATIONS + PRUNE_AT + 1 keys.
+PRUNE_AT = 6
 _NAME = re.compile(r"(\d{20})\.json$")
 # A lost race means a rival wrote the same generation. Between live holders
 # that happens a handful of times. This only bounds a pathological livelock.
@@ -185,9 +189,11 @@ class Leases:
                     after is not None and after.generation not in gens):
                 self._delete(lease.shard, [lease.generation])  # our stray record
                 return False
-            # Generations KEEP_GENERATIONS and more below ours go, in one request.
-            self._delete(lease.shard, [g for g in gens
-                                       if g <= lease.generation - KEEP_GENERATIONS])
+            # Generations KEEP_GENERATIONS and more below ours go, in one request, once
+            # there are PRUNE_AT of them.
+            stale = [g for g in gens if g <= lease.generation - KEEP_GENERATIONS]
+            if len(stale) >= PRUNE_AT:
+                self._delete(lease.shard, stale)
             return True
         # A holder renewing or releasing its own lease writes the next generation unread
         # (see _extend); in the rare freed slot it holds nothing, and its next renewal

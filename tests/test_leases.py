@@ -18,6 +18,7 @@ from memwal_datasource import hooks
 from memwal_datasource.errors import OutcomeUnknown
 from memwal_datasource.leases import (
     LEASES_DIR,
+    PRUNE_AT,
     HeldLease,
     Holder,
     Lease,
@@ -181,10 +182,12 @@ def test_renew_extends_the_lease_and_history_stays_small(any_store, clock):
     assert leases.release(lease)
     for i in range(5):
         leases.release(leases.try_acquire(shard, job(f"C{i}")))
-    # The last acquisition (19) deleted every generation 3 or more below it; its release
-    # (20) deleted none.
+    # Renewals deleted 1..6 (each the one three below it). Acquisitions at 11, 13, 15, 17
+    # and 19 delete the generations three or more below them once there are PRUNE_AT (6)
+    # of those: only the one at 15 did (7..12); releases delete none.
+    assert PRUNE_AT == 6
     assert lease_keys(any_store, shard) == [
-        f"{LEASES_DIR}/{shard}/{g:020d}.json" for g in (17, 18, 19, 20)]
+        f"{LEASES_DIR}/{shard}/{g:020d}.json" for g in range(13, 21)]
 
 
 def meet_at_first_put(n: int) -> set[int]:

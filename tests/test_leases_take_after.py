@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.leases import LEASES_DIR, Holder
+from memwal_datasource.leases import LEASES_DIR, PRUNE_AT, Holder
 from tests.helpers import new_shard
 from tests.test_commit import CountingStore
 from tests.test_leases import FakeClock, job, lease_keys, leases_on
@@ -91,13 +91,19 @@ def test_take_after_our_idle_record_is_one_put_and_one_listing(any_store, clock)
     assert leases.current(shard) == got
     # nothing read, nothing old to delete yet
     assert counting.calls == {"get": 0, "head": 0, "list": 1, "put": 1, "delete_many": 0}
-    for i in range(4):  # later ones delete what is 3 below them, in one request each
+    deletes = []
+    for i in range(6):
         clock.advance(1)
         record = taker.relabel(got, kept(job("B")))
         counting.calls = dict.fromkeys(counting.calls, 0)
         got = taker.take_after(record, job(f"C{i}"))
         assert got is not None
-        assert counting.calls == {"get": 0, "head": 0, "list": 1, "put": 1, "delete_many": 1}
+        deletes.append(counting.calls["delete_many"])
+        assert {**counting.calls, "delete_many": 0} == {
+            "get": 0, "head": 0, "list": 1, "put": 1, "delete_many": 0}
+    # Takes at generations 5, 7, ..., 15: the one at 9 finds PRUNE_AT generations three or
+    # more below it (1..6) and deletes them in one request, the one at 15 the next six.
+    assert PRUNE_AT == 6 and deletes == [0, 0, 1, 0, 0, 1]
     assert lease_keys(any_store, shard) == [
         f"{LEASES_DIR}/{shard}/{g:020d}.json"
         for g in range(got.generation - 2, got.generation + 1)]
@@ -121,14 +127,16 @@ def test_take_after_into_a_freed_generation_is_taken_back(any_store, clock):
     leases = leases_on(any_store, clock)
     shard = new_shard()
     record = idle_record(leases, shard, job("A"))
-    for i in range(3):
-        leases.release(leases.try_acquire(shard, job(f"X{i}")))
     freed = f"{LEASES_DIR}/{shard}/{record.generation + 1:020d}.json"
-    assert not any_store.exists(freed)
+    others = 0
+    while others == 0 or any_store.exists(freed):  # until an acquisition prunes it
+        leases.release(leases.try_acquire(shard, job(f"X{others}")))
+        others += 1
+        assert others <= PRUNE_AT
     before = lease_keys(any_store, shard)
     assert leases.take_after(record, job("B")) is None
     assert lease_keys(any_store, shard) == before  # our stray generation is gone again
-    assert leases.current(shard).holder.job_id == "X2"
+    assert leases.current(shard).holder.job_id == f"X{others - 1}"
 
 
 def test_take_after_in_a_table_made_anew_is_refused(any_store, clock):
