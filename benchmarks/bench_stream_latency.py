@@ -2,7 +2,9 @@
 
 A ``rate-micro-batch`` source (5,000 rows/s) feeds, one query at a time, the memwal
 sink, ``foreachBatch`` + ``lance.write_dataset(append)`` and a no-op Python stream sink
-(the ceiling). p50/p99 of ``durationMs.addBatch`` of N non-empty batches after 2.
+(the ceiling). p50/p99 of ``durationMs.addBatch`` of N non-empty batches after 2. Twice:
+Spark's default TCP sockets to the Python workers, then Unix domain sockets
+(``spark.python.unix.domain.socket.enabled``), each session with every competitor.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _query(start, batches: int, timeout_s: float) -> dict[str, Any]:
     return {"p50_ms": h.pct(timed, 50), "p99_ms": h.pct(timed, 99), "add_batch_ms": timed}
 
 
-def _case(ctx: h.Ctx, spark, trigger: str, batches: int) -> dict[str, Any]:
+def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str) -> dict[str, Any]:
     import lance
 
     seconds = 0.5 if "milli" in trigger else 1.0
@@ -72,19 +74,30 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int) -> dict[str, Any]:
         return lambda: conf(stream().writeStream.format("noop_arrow")).start()
 
     runs = h.alternate(ctx, {MEMWAL: competitor(memwal), FOREACH: competitor(foreach),
-                           NOOP: competitor(noop)}, label=f"{trigger}: ")
-    return {"trigger": trigger, "competitors": h.stats(runs),
+                           NOOP: competitor(noop)}, label=f"{trigger}, {socket}: ")
+    return {"trigger": f"{trigger}, {socket}", "competitors": h.stats(runs),
             "p50": h.ratios(runs, MEMWAL, "p50_ms", [FOREACH, NOOP]),
             "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP])}
 
 
+# Spark's Python workers talk to the JVM over TCP by default: a micro-batch's last small
+# write can wait for a delayed ACK (Nagle's algorithm on the JVM side), ~40 ms, in some
+# batches of every Python sink. Unix domain sockets (a Spark setting) have no such wait.
+# Each session runs every competitor, alternated; the setting is the same for all of them.
+SOCKETS = {"tcp (Spark's default)": {},
+           "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
+
+
 def run(ctx: h.Ctx) -> dict[str, Any]:
     batches = ctx.pick(5, 15, 20)
-    spark = h.spark_session(ctx)
-    try:
-        cases = [_case(ctx, spark, t, batches) for t in ("1 second", "500 milliseconds")]
-    finally:
-        spark.stop()
+    cases = []
+    for socket, conf in SOCKETS.items():
+        spark = h.spark_session(ctx, **conf)
+        try:
+            cases += [_case(ctx, spark, t, batches, socket)
+                      for t in ("1 second", "500 milliseconds")]
+        finally:
+            spark.stop()
     rows, targets, panels = [], [], []
     for c in cases:
         t = c["trigger"]

@@ -438,7 +438,8 @@ class NoopSource(sds.DataSource):
 
 SHOWN_CONF = ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
               "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
-              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled")
+              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled",
+              "spark.python.unix.domain.socket.enabled")
 
 
 def spark_session(ctx: Ctx, *sources, **conf: str):
