@@ -177,9 +177,12 @@ class Leases:
         key = self._key(lease.shard, lease.generation)
         # No fsync: a lease only saves a fenced retry (the epoch claim is the
         # guarantee), so one lost to a power cut costs at most that retry.
+        # A generation deleted before our collision could be read back was pruned by a
+        # writer three or more above it: lost, whoever wrote it (never OutcomeUnknown).
         if not put_resolved(self.store, key, lease.encode(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms, sync=False,
-                            what=f"shard {lease.shard} lease generation {lease.generation}"):
+                            what=f"shard {lease.shard} lease generation {lease.generation}",
+                            superseded_if_gone=True):
             return False
         if kind == "acquire":
             # Acquiring follows a listing, which may be stale: list again, so a writer

@@ -250,7 +250,8 @@ def backoff_delay(failures: int, base_delay_ms: int) -> float:
 
 
 def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
-                 base_delay_ms: int, what: str, sync: bool = True) -> bool:
+                 base_delay_ms: int, what: str, sync: bool = True,
+                 superseded_if_gone: bool = False) -> bool:
     """Put-if-absent ``data`` at ``key`` and know the outcome.
 
     Returns ``True`` when ``key`` holds ``data`` because of this call (the PUT
@@ -262,6 +263,10 @@ def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
     :class:`OutcomeUnknown` is raised (the caller must stop: poison, reopen).
     ``what`` names the write in errors (shard, position, file). With
     ``sync=False`` the object may be durable only after ``store.sync([key])``.
+    ``superseded_if_gone``: for keys that only a newer writer deletes (lease
+    generations), a key deleted before it could be read back was superseded,
+    whoever wrote it, so ``False`` (not ours to build on) instead of
+    :class:`OutcomeUnknown`.
     """
     put = store.put_if_absent if sync else store.put_if_absent_unsynced
     failures = 0
@@ -273,6 +278,8 @@ def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
             try:
                 return same_bytes(store.get(key), data)
             except FileNotFoundError:
+                if superseded_if_gone:
+                    return False
                 # Removed between the two calls: only a collector deletes such keys, so
                 # creating it again could put back a number readers have moved past.
                 raise OutcomeUnknown(
