@@ -84,13 +84,18 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None) -> dict[str
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     n = ctx.pick(5, 50, 200)
-    spark = h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR"})
-    try:
-        cases = [_case(ctx, spark, n, None)]
-        with h.s3_bucket(ctx, BUCKET) as (server, skipped):
-            cases += [_case(ctx, spark, n, server.storage_options())] if server else []
-    finally:
-        spark.stop()
+    cases = []
+    for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
+        spark = h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR", **conf})
+        try:
+            here = [_case(ctx, spark, n, None)]
+            with h.s3_bucket(ctx, BUCKET) as (server, skipped):
+                here += [_case(ctx, spark, n, server.storage_options())] if server else []
+        finally:
+            spark.stop()
+        for c in here:
+            c["where"] = f"{c['where']}, {socket}"
+        cases += here
     rows, targets, panels = [], [], []
     for c in cases:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]

@@ -80,18 +80,10 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str) -> dict[st
             "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP])}
 
 
-# Spark's Python workers talk to the JVM over TCP by default: a micro-batch's last small
-# write can wait for a delayed ACK (Nagle's algorithm on the JVM side), ~40 ms, in some
-# batches of every Python sink. Unix domain sockets (a Spark setting) have no such wait.
-# Each session runs every competitor, alternated; the setting is the same for all of them.
-SOCKETS = {"tcp (Spark's default)": {},
-           "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
-
-
 def run(ctx: h.Ctx) -> dict[str, Any]:
     batches = ctx.pick(5, 15, 20)
     cases = []
-    for socket, conf in SOCKETS.items():
+    for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         spark = h.spark_session(ctx, **conf)
         try:
             cases += [_case(ctx, spark, t, batches, socket)

@@ -442,6 +442,14 @@ SHOWN_CONF = ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
               "spark.python.unix.domain.socket.enabled")
 
 
+# Spark's Python workers talk to the JVM over TCP by default: a task's last small write
+# can wait for a delayed ACK (Nagle's algorithm on the JVM side), ~40 ms, in some batches of
+# every Python source and sink. Unix domain sockets (a Spark setting) have no such wait.
+# Scenarios that run both give each session every competitor, with the same setting.
+WORKER_SOCKETS = {"tcp (Spark's default)": {},
+                  "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
+
+
 def spark_session(ctx: Ctx, *sources, **conf: str):
     """local[2] SparkSession (UI off, workers on this interpreter) with ``memwal``,
     ``noop_arrow`` and ``sources`` registered; its settings go to the log and the JSON
