@@ -31,7 +31,7 @@ from ..table import (
 from ..wal import WalTailer
 from ..writer_base import cast_columns
 from .options import ReadOptions
-from .worker_heap import settle, settled
+from .worker_entry import enter, entry_point
 
 METADATA_FIELDS = [
     pa.field("_shard_id", pa.string(), nullable=False),
@@ -206,7 +206,7 @@ class MemWalBatchReader(DataSourceReader):
         self.opts = opts
         self.table_schema = table_schema
 
-    @settled
+    @entry_point
     def partitions(self) -> list[InputPartition]:
         if self.opts.view == "table":
             return plan_table(self.opts)
@@ -214,7 +214,7 @@ class MemWalBatchReader(DataSourceReader):
         return parts or [WalRange("", 1, 0, ())]  # Spark wants at least one
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        settle()  # a generator's imports are caught by the worker's next request
+        enter()  # a generator's imports are caught by the worker's next request
         if isinstance(partition, BaseFragment | MergedTail):
             return read_table_part(self.opts, partition)
         if not partition.shard_id:

@@ -35,7 +35,7 @@ from .prepare import check_store, prepare_table, prepare_table_info
 from .reader import METADATA_FIELDS, TOMBSTONE, MemWalBatchReader, output_schema
 from .schema import conformed
 from .stream import MemWalStreamReader, refuse_unsupported
-from .worker_heap import settled
+from .worker_entry import entry_point
 from .writer import (
     MemWalBatchWriter,
     MemWalCommitMessage,
@@ -148,7 +148,7 @@ class SparkStreamWriter(MemWalStreamWriter):
 
     mark: StreamMark | None = None
 
-    @settled
+    @entry_point
     @without_native_paths
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         if self.mark is not None:  # another stream took the query id since planning?
@@ -239,7 +239,7 @@ class MemWalDataSource(DataSource):
                                   f"table at {opts.path} already has; read without it")
         return opts, table, info
 
-    @settled
+    @entry_point
     @without_native_paths
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -247,7 +247,7 @@ class MemWalDataSource(DataSource):
         opts, table, _ = self._read_opts()
         return from_arrow_schema(output_schema(table, opts.metadata_columns))
 
-    @settled
+    @entry_point
     @without_native_paths
     def reader(self, schema: StructType) -> MemWalBatchReader:
         opts, table, info = self._read_opts()
@@ -260,21 +260,21 @@ class MemWalDataSource(DataSource):
             refuse_without_mem_wal(opts.path, opts.storage, info)
         return MemWalBatchReader(opts, table)
 
-    @settled
+    @entry_point
     @without_native_paths
     def streamReader(self, schema: StructType) -> MemWalStreamReader:  # noqa: N802
         opts, table, _ = self._read_opts()
         refuse_unsupported(opts)
         return MemWalStreamReader(opts, table)
 
-    @settled
+    @entry_point
     @without_native_paths
     def writer(self, schema: StructType, overwrite: bool) -> MemWalBatchWriter:
         opts = WriteOptions.parse(dict(self.options))
         table = prepare_table_info(opts, schema)
         return SparkBatchWriter(opts, without_row_key(table.schema), overwrite, table=table)
 
-    @settled
+    @entry_point
     @without_native_paths
     def streamWriter(self, schema: StructType, overwrite: bool) -> MemWalStreamWriter:  # noqa: N802
         raw = {k.lower(): v for k, v in dict(self.options).items()}

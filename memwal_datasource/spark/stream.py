@@ -56,7 +56,7 @@ from ..holds import DEFAULT_HOLD_TTL_S, HoldKeeper
 from ..store import open_store
 from .options import ReadOptions, StreamStart
 from .reader import WalRange, read_partition, split
-from .worker_heap import settle, settled
+from .worker_entry import enter, entry_point
 
 log = logging.getLogger("memwal_datasource")
 
@@ -281,7 +281,7 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 served.append(rec)
         return served, gone
 
-    @settled
+    @entry_point
     def partitions(self, start: dict, end: dict) -> list[WalRange]:
         parts: list[WalRange] = []
         first = int(start["commit"])
@@ -330,7 +330,7 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             DEFAULT_HOLD_TTL_S)
 
     def read(self, partition: WalRange) -> Iterator[pa.RecordBatch]:
-        settle()  # see memwal_datasource.spark.worker_heap
+        enter()  # see memwal_datasource.spark.worker_entry
         try:
             yield from read_partition(self.opts, self.table_schema, partition)
         except CollectedError as exc:

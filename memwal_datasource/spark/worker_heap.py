@@ -15,7 +15,7 @@ driver-side ``commit_data_source_write``), so the collector alone cost
 collections skip. Modules live as long as the process, so after
 ``gc.collect(); gc.freeze()`` once the imports are done, the daemon's
 collections only walk what later requests allocate. :func:`settle` does that
-at the entry points of the data source (the planner's ``writer()``,
+at the entry points of the data source (:mod:`.worker_entry`: the planner's ``writer()``,
 ``reader()``, ``schema()``; a task's ``write()`` and ``read()``; the
 commit), and again, cheaply, whenever more modules were imported since (e.g.
 lance on its first use): the check is one ``len(sys.modules)``.
@@ -29,11 +29,8 @@ imports, so whatever request state happened to be alive then is bounded.
 
 from __future__ import annotations
 
-import functools
 import gc
 import sys
-from collections.abc import Callable
-from typing import TypeVar
 
 # The ``__main__`` of Spark's Python workers: the daemon that forks them
 # (``python -m pyspark.daemon <worker module>``), or, without the daemon
@@ -41,8 +38,6 @@ from typing import TypeVar
 # (``python -m pyspark.worker``, ``python -m pyspark.sql.worker.<planner>``).
 WORKER_MAINS = ("pyspark.daemon", "pyspark.worker")
 WORKER_MAIN_PACKAGE = "pyspark.sql.worker."
-
-F = TypeVar("F", bound=Callable)
 
 _in_worker: bool | None = None  # decided on first use: __main__ is set by then
 _frozen_at = -1  # len(sys.modules) at the last freeze
@@ -74,16 +69,3 @@ def settle() -> bool:
     gc.freeze()
     _frozen_at = loaded
     return True
-
-
-def settled(fn: F) -> F:
-    """``fn`` with :func:`settle` before it (what unpickling imported) and after it
-    (what ``fn`` imported on first use)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        settle()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            settle()
-    return wrapper  # type: ignore[return-value]

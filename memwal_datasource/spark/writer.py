@@ -49,7 +49,8 @@ from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
 from .prepare import prepare_writer_options
 from .shard_turns import ShardResult, ShardTurns, check_job_ranges, open_shard
-from .worker_heap import settled
+from .worker_entry import entry_point
+from .worker_socket import prompted
 
 __all__ = ["MemWalBatchWriter", "MemWalCommitMessage", "MemWalStreamWriter", "ShardResult",
            "TaskJob", "commit_job", "write_task"]
@@ -490,17 +491,17 @@ class MemWalBatchWriter(DataSourceArrowWriter):
         self.job = TaskJob(self.job_id, f"job {self.job_id} from {socket.gethostname()}",
                            int(self.started * 1000))
 
-    @settled
+    @entry_point
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
-        return write_task(self.opts, self.schema, iterator, self.job)
+        return write_task(self.opts, self.schema, prompted(iterator), self.job)
 
-    @settled
+    @entry_point
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
                                       self.job_id, self.started, txn=self.opts.txn,
                                       job_label=self.job.label)
 
-    @settled
+    @entry_point
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
         # Spark also aborts when the commit worker died after the record landed.
@@ -528,9 +529,9 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         self.query_id = query_id
         self.started = time.time()
 
-    @settled
+    @entry_point
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MemWalCommitMessage:
-        return write_task(self.opts, self.schema, iterator, self.task_job())
+        return write_task(self.opts, self.schema, prompted(iterator), self.task_job())
 
     def task_job(self) -> TaskJob:
         """The job a micro-batch's task writes for: one job per batch, as its commit record.
@@ -549,7 +550,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
         return TaskJob(f"{self.query_id}:{batch}", f"stream {self.query_id} batch {batch}",
                        int(self.started * 1000))
 
-    @settled
+    @entry_point
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
         # The key makes a batch Spark replays after a crash (or a record whose
         # acknowledgement was lost) commit once, checked against the whole log.
@@ -558,7 +559,7 @@ class MemWalStreamWriter(DataSourceStreamArrowWriter):
                    txn=Txn(stream_app_id(self.query_id), batchId),
                    job_label=f"stream {self.query_id} batch {batchId}")
 
-    @settled
+    @entry_point
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         log.warning("memwal stream %s batch %d aborted; nothing committed", self.query_id,
                     batchId)

@@ -1,7 +1,7 @@
 """The heap of Spark's Python workers is frozen (memwal_datasource.spark.worker_heap); the
 driver's never is.
 
-A real ``df.write`` through a probe of the ``memwal`` source records, in each
+A real ``df.write`` through a probe of the ``memwal`` source (``worker_probe``) records, in each
 Python worker the write goes through (the planner's ``writer()``, every task's
 ``write()``, the commit), whether it runs in a Spark worker and its
 ``gc.get_freeze_count()``; the commit writes them where the driver reads them.
@@ -10,7 +10,6 @@ Python worker the write goes through (the planner's ``writer()``, every task's
 from __future__ import annotations
 
 import gc
-import json
 import os
 import subprocess
 import sys
@@ -19,9 +18,9 @@ from pathlib import Path
 from pyspark import cloudpickle
 
 from memwal_datasource.spark import worker_heap
-from memwal_datasource.spark.source import MemWalDataSource, SparkBatchWriter
 
-PROBE_OPTION = "heap_probe"
+from .worker_probe import WorkerProbeSource, probed_write
+
 REPO = str(Path(__file__).resolve().parents[2])
 
 
@@ -31,39 +30,12 @@ def heap_state() -> dict:
             "frozen": gc.get_freeze_count()}
 
 
-class HeapProbeWriter(SparkBatchWriter):
-    """Records the task workers' and the commit worker's heap; the commit writes them out."""
-
-    probe_file: str
-    planner: dict
-
-    def write(self, iterator):
-        msg = super().write(iterator)
-        msg.heap = heap_state()
-        return msg
-
-    def commit(self, messages) -> None:
-        super().commit(messages)
-        with open(self.probe_file, "w") as f:
-            json.dump({"planner": self.planner, "tasks": [m.heap for m in messages],
-                       "commit": heap_state()}, f)
-
-
-class HeapProbeSource(MemWalDataSource):
-    """``memwal`` with one more option, ``heap_probe`` (the file the commit writes)."""
-
+class HeapProbeSource(WorkerProbeSource):
     @classmethod
     def name(cls) -> str:
         return "memwal_heap_probe"
 
-    def writer(self, schema, overwrite):
-        probe = self.options[PROBE_OPTION]
-        self.options = {k: v for k, v in self.options.items() if k.lower() != PROBE_OPTION}
-        writer = super().writer(schema, overwrite)
-        writer.__class__ = HeapProbeWriter
-        writer.probe_file = probe
-        writer.planner = heap_state()  # after writer(): the planner froze on its way out
-        return writer
+    state = staticmethod(heap_state)
 
 
 # Spark's workers need not be able to import the tests package: ship these classes by value.
@@ -72,13 +44,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 def test_every_python_worker_of_a_write_freezes_its_heap_and_the_driver_does_not(
         spark, tmp_path):
-    spark.dataSource.register(HeapProbeSource)
-    probe = tmp_path / "heap.json"
     df = spark.range(0, 40, numPartitions=2).selectExpr("id", "cast(id as string) as v")
-    df.write.format("memwal_heap_probe").option(PROBE_OPTION, str(probe)).mode("append") \
-        .save(str(tmp_path / "t.lance"))
-
-    seen = json.loads(probe.read_text())
+    seen = probed_write(spark, HeapProbeSource, df, tmp_path / "heap.json", tmp_path / "t.lance")
     workers = [seen["planner"], *seen["tasks"], seen["commit"]]
     assert len(seen["tasks"]) == 2
     for state in workers:
