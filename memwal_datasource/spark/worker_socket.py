@@ -45,6 +45,7 @@ _SOCKET_NAMES = ("sock", "infile", "outfile", "sock_file")
 
 _found: tuple[int, tuple[int, ...]] | None = None  # (pid, TCP socket fds) of this worker
 _nodelay: set[int] = set()
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
 def _fd_of(value: object) -> int | None:
@@ -108,11 +109,12 @@ def prompt() -> None:
         except OSError:
             continue
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             if fd not in _nodelay:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 _nodelay.add(fd)
-        except (OSError, AttributeError):  # AttributeError: no TCP_QUICKACK off Linux
+            if _QUICKACK is not None:  # Linux only
+                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        except OSError:
             pass
         finally:
             sock.detach()
