@@ -56,20 +56,23 @@ def _fd_of(value: object) -> int | None:
     return fd if isinstance(fd, int) and fd >= 0 else None
 
 
-def _stack_sockets() -> tuple[int, ...]:
+def _stack_sockets() -> tuple[int, ...] | None:
     """File descriptors of the TCP sockets PySpark's worker frames on the stack hold, one
-    per socket (PySpark opens its files over dups of the socket's descriptor)."""
+    per socket (PySpark opens its files over dups of the socket's descriptor); ``None``
+    if no PySpark frame is on the stack (another thread: nothing to conclude)."""
     by_socket: dict[int, int] = {}
+    seen = False
     frame = sys._getframe(1)
     while frame is not None:
         if _PYSPARK_DIR in frame.f_code.co_filename:
+            seen = True
             for name in _SOCKET_NAMES:
                 fd = _fd_of(frame.f_locals.get(name))
                 inode = _tcp_inode(fd) if fd is not None else None
                 if inode is not None:
                     by_socket.setdefault(inode, fd)  # type: ignore[arg-type]
         frame = frame.f_back
-    return tuple(sorted(by_socket.values()))
+    return tuple(sorted(by_socket.values())) if seen else None
 
 
 def _tcp_inode(fd: int) -> int | None:
@@ -97,7 +100,10 @@ def worker_sockets() -> tuple[int, ...]:
     if _found is None or _found[0] != pid:
         # A worker keeps one connection for its life (PySpark's daemon forks one
         # process per connection), so what the stack shows once stays true.
-        _found = (pid, _stack_sockets())
+        fds = _stack_sockets()
+        if fds is None:
+            return ()  # called off PySpark's request path: look again next time
+        _found = (pid, fds)
     return _found[1]
 
 

@@ -126,3 +126,11 @@ def test_outside_a_worker_nothing_is_touched(monkeypatch, tcp_pair):
         fake_worker_main(infile, infile, worker_socket.prompt)
     assert nodelay(accepted) == 0
     assert list(worker_socket.prompted(iter("ab"))) == ["a", "b"]
+
+
+def test_a_call_off_pysparks_stack_finds_nothing_and_does_not_stick(as_worker, tcp_pair):
+    _, accepted = tcp_pair
+    assert worker_socket.worker_sockets() == ()  # no PySpark frame: e.g. another thread
+    with os.fdopen(os.dup(accepted.fileno()), "rb") as infile:
+        found = fake_worker_main(infile, infile, worker_socket.worker_sockets)
+    assert len(found) == 1  # the earlier miss was not remembered
