@@ -2,8 +2,9 @@
 
 16 threads (each first sets the session active on its JVM thread) run N appends of
 5,000 rows, a job each: ``format("memwal")`` (defaults) vs ``lance.write_dataset(
-df.toArrow(), mode="append")``. Appends/s, p99, CPU s per append of the driver, the
-JVM and the Python workers (psutil over this process's tree).
+df.toArrow(), mode="append")`` vs a no-op Python sink (``noop_arrow``: what Spark's
+Python data source path costs with nothing written). Appends/s, p99, CPU s per append
+of the driver, the JVM and the Python workers (psutil over this process's tree).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from . import harness as h
 NAME = "spark_concurrency"
 THREADS, ROWS = 16, 5_000
 MEMWAL, LANCE = "memwal (defaults)", "Lance append (toArrow + write_dataset)"
+NOOP = "no-op Python sink (ceiling)"
 KINDS = ("driver", "jvm", "python workers")
 
 
@@ -30,26 +32,32 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                 # JIT warm-up otherwise lands in the first timed rounds (JVM CPU per
                 # append 0.1 s instead of 0.04 s).
                 uri, k = str(ctx.scratch("sc") / "t.lance"), n
-                if kind == MEMWAL:
+                if kind in (MEMWAL, NOOP):
+                    fmt = "memwal" if kind == MEMWAL else "noop_arrow"
+
                     def append(start: int) -> None:
-                        h.frame(spark, start, ROWS).write.format("memwal").mode("append").save(uri)
+                        h.frame(spark, start, ROWS).write.format(fmt).mode("append").save(uri)
                 else:
                     def append(start: int) -> None:
                         lance.write_dataset(h.frame(spark, start, ROWS).toArrow(), uri,
                                             mode="append")
                 append(0)  # the table, untimed
                 out = h.concurrent_appends(spark, THREADS, k, ROWS, append)
-                rows = (h.committed_rows(uri) if kind == MEMWAL
-                        else lance.dataset(uri).count_rows())
-                assert rows == (THREADS * k + 1) * ROWS, f"{rows} rows visible"
+                if kind != NOOP:
+                    rows = (h.committed_rows(uri) if kind == MEMWAL
+                            else lance.dataset(uri).count_rows())
+                    assert rows == (THREADS * k + 1) * ROWS, f"{rows} rows visible"
                 return out
             return run
 
-        runs = h.alternate(ctx, {MEMWAL: competitor(MEMWAL), LANCE: competitor(LANCE)})
+        runs = h.alternate(ctx, {MEMWAL: competitor(MEMWAL), LANCE: competitor(LANCE),
+                                 NOOP: competitor(NOOP)})
     finally:
         spark.stop()
     comp = h.stats(runs)
     rt = {k: h.ratios(runs, MEMWAL, k, [LANCE])[LANCE] for k in ("appends_s", "p99_ms")}
+    ceiling = h.ratios(runs, NOOP, "appends_s", [LANCE])[LANCE]
+    vs_noop = h.ratios(runs, MEMWAL, "appends_s", [NOOP])[NOOP]
     cpu = [f"cpu_s_per_append {k}" for k in KINDS]
     return {"title": f"{THREADS} concurrent appending jobs x {n} x {ROWS:,} rows in one "
                      "SparkSession: memwal vs the Lance append",
@@ -64,4 +72,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                                             ("p99_ms", "{:.0f}"), *((c, "{:.3f}") for c in cpu)])},
             "targets": [h.target("memwal / Lance append appends/s", rt["appends_s"], 1.0),
                         h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.0,
-                                 at_most=True)]}
+                                 at_most=True),
+                        h.target("no-op Python sink / Lance append appends/s (the ceiling of "
+                                 "any Python sink)", ceiling),
+                        h.target("memwal / no-op Python sink appends/s", vs_noop)]}
