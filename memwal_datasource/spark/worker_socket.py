@@ -17,7 +17,8 @@ Every Python data source meets it, a no-op one too.
   mode again on its own, so it is set again before each input batch is read
   (:func:`prompted`), one system call.
 * ``TCP_NODELAY``: send the worker's own last small write (a commit message,
-  a result) without waiting for the JVM's acknowledgement; set once.
+  a result) without waiting for the JVM's acknowledgement; set once, when
+  :func:`worker_sockets` first finds the socket.
 
 Only in Spark's Python worker processes and only on TCP sockets; on a Unix
 domain socket, or where the stack holds no worker socket, it does nothing.
@@ -44,7 +45,6 @@ _PYSPARK_DIR = os.sep + "pyspark" + os.sep
 _SOCKET_NAMES = ("sock", "infile", "outfile", "sock_file")
 
 _found: tuple[int, tuple[int, ...]] | None = None  # (pid, TCP socket fds) of this worker
-_nodelay: set[int] = set()
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
@@ -103,27 +103,32 @@ def worker_sockets() -> tuple[int, ...]:
         fds = _stack_sockets()
         if fds is None:
             return ()  # called off PySpark's request path: look again next time
+        for fd in fds:  # found once per socket: Nagle off for the worker's life
+            _setsockopt(fd, socket.TCP_NODELAY)
         _found = (pid, fds)
     return _found[1]
 
 
+def _setsockopt(fd: int, option: int) -> None:
+    """Set a TCP option to 1 on PySpark's ``fd``; a refusal leaves the socket as it was."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+    except OSError:
+        pass
+    finally:
+        sock.detach()  # the fd stays PySpark's
+
+
 def prompt() -> None:
-    """In a Spark worker on TCP: acknowledge the JVM at once and send without Nagle's wait."""
+    """In a Spark worker on TCP: acknowledge the JVM at once and send without Nagle's wait
+    (``TCP_NODELAY`` was set when the socket was found)."""
     for fd in worker_sockets():
-        try:
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            continue
-        try:
-            if fd not in _nodelay:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                _nodelay.add(fd)
-            if _QUICKACK is not None:  # Linux only
-                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-        except OSError:
-            pass
-        finally:
-            sock.detach()
+        if _QUICKACK is not None:  # Linux only
+            _setsockopt(fd, _QUICKACK)
 
 
 def prompted(items: Iterator[T]) -> Iterator[T]:

@@ -76,7 +76,6 @@ fake_worker_main = _namespace["main"]
 def as_worker(monkeypatch):
     monkeypatch.setattr(worker_heap, "_in_worker", True)
     monkeypatch.setattr(worker_socket, "_found", None)
-    monkeypatch.setattr(worker_socket, "_nodelay", set())
 
 
 @pytest.fixture
