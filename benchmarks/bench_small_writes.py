@@ -13,6 +13,7 @@ import os
 import uuid
 from typing import Any
 
+from . import durable_sink
 from . import harness as h
 
 NAME = "small_writes"
@@ -20,6 +21,7 @@ WRITERS, ROWS, BUCKET = 4, 5_000, "memwal-small"
 MEMWAL, UNKEPT = "memwal (defaults)", "memwal (keep_writers=false)"
 LANCE, LANCE_SYNC = "Lance append (toArrow + write_dataset)", "durable Lance append (+ fsync)"
 NOOP = "no-op Python sink (ceiling)"
+DURABLE = "durable Python sink (ceiling of a durable sink)"
 DIRS = ("data", "_versions", "_transactions", "")
 
 
@@ -70,6 +72,11 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None) -> dict[str
         comps[LANCE_SYNC] = competitor(lambda u: lance_append(u, True), lance_rows)
     comps[NOOP] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
         "noop_arrow").mode("append").save(), lambda u: None)
+    # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
+    comps[DURABLE] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
+        durable_sink.NAME).mode("append").options(path=u, **{
+            f"storage.{k}": v for k, v in (storage or {}).items()}).save(),
+        lambda u: durable_sink.committed_rows(u, storage))
     where = "S3" if storage else "local disk"
     runs = h.alternate(ctx, comps, label=f"{where}: ")
     traced = (f"s3://{BUCKET}/traced/t.lance" if storage else str(ctx.scratch("traced") / "t"))
@@ -77,6 +84,7 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None) -> dict[str
             "rows_s": h.ratios(runs, MEMWAL, "rows_s", [k for k in comps if k != MEMWAL]),
             "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE]),
             "unkept": h.ratios(runs, UNKEPT, "rows_s", [LANCE]),
+            "durable_vs_noop": h.ratios(runs, DURABLE, "rows_s", [NOOP]),
             "io_per_append": h.io_per_append(traced, storage),
             "io_per_append_unkept": h.io_per_append(traced + "-unkept", storage,
                                                     keep_writers="false")}
@@ -86,7 +94,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     n = ctx.pick(5, 50, 200)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
-        spark = h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR", **conf})
+        spark = h.spark_session(ctx, durable_sink.DurableSource,
+                                **{"spark.scheduler.mode": "FAIR", **conf})
         try:
             here = [_case(ctx, spark, n, None)]
             with h.s3_bucket(ctx, BUCKET) as (server, skipped):
@@ -106,6 +115,10 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
                              at_most=True),
                     h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
+                    h.target(f"{w}: memwal / durable Python sink rows/s (two durable objects "
+                             "per append, nothing else)", rt[DURABLE]),
+                    h.target(f"{w}: durable Python sink / no-op Python sink rows/s (what "
+                             "durability costs any sink)", c["durable_vs_noop"][NOOP]),
                     h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
                              c["unkept"][LANCE]),
                     h.target(f"{w}: memwal objects written per append",
