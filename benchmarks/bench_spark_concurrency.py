@@ -3,20 +3,24 @@
 16 threads (each first sets the session active on its JVM thread) run N appends of
 5,000 rows, a job each: ``format("memwal")`` (defaults) vs ``lance.write_dataset(
 df.toArrow(), mode="append")`` vs a no-op Python sink (``noop_arrow``: what Spark's
-Python data source path costs with nothing written). Appends/s, p99, CPU s per append
-of the driver, the JVM and the Python workers (psutil over this process's tree).
+Python data source path costs with nothing written) vs the durable Python sink of
+``durable_sink`` (one durable object per task and one per job, nothing else).
+Appends/s, p99, CPU s per append of the driver, the JVM and the Python workers (psutil
+over this process's tree).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import durable_sink
 from . import harness as h
 
 NAME = "spark_concurrency"
 THREADS, ROWS = 16, 5_000
 MEMWAL, LANCE = "memwal (defaults)", "Lance append (toArrow + write_dataset)"
 NOOP = "no-op Python sink (ceiling)"
+DURABLE = "durable Python sink (ceiling of a durable sink)"
 KINDS = ("driver", "jvm", "python workers")
 
 
@@ -24,7 +28,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     import lance
 
     n = ctx.pick(1, 5, 10)
-    spark = h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR"})
+    spark = h.spark_session(ctx, durable_sink.DurableSource, **{"spark.scheduler.mode": "FAIR"})
     try:
         def competitor(kind: str):
             def run(r: int) -> dict[str, Any]:
@@ -32,8 +36,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                 # JIT warm-up otherwise lands in the first timed rounds (JVM CPU per
                 # append 0.1 s instead of 0.04 s).
                 uri, k = str(ctx.scratch("sc") / "t.lance"), n
-                if kind in (MEMWAL, NOOP):
-                    fmt = "memwal" if kind == MEMWAL else "noop_arrow"
+                if kind in (MEMWAL, NOOP, DURABLE):
+                    fmt = {MEMWAL: "memwal", NOOP: "noop_arrow", DURABLE: durable_sink.NAME}[kind]
 
                     def append(start: int) -> None:
                         h.frame(spark, start, ROWS).write.format(fmt).mode("append").save(uri)
@@ -45,19 +49,20 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                 out = h.concurrent_appends(spark, THREADS, k, ROWS, append)
                 if kind != NOOP:
                     rows = (h.committed_rows(uri) if kind == MEMWAL
+                            else durable_sink.committed_rows(uri) if kind == DURABLE
                             else lance.dataset(uri).count_rows())
                     assert rows == (THREADS * k + 1) * ROWS, f"{rows} rows visible"
                 return out
             return run
 
-        runs = h.alternate(ctx, {MEMWAL: competitor(MEMWAL), LANCE: competitor(LANCE),
-                                 NOOP: competitor(NOOP)})
+        runs = h.alternate(ctx, {k: competitor(k) for k in (MEMWAL, LANCE, NOOP, DURABLE)})
     finally:
         spark.stop()
     comp = h.stats(runs)
     rt = {k: h.ratios(runs, MEMWAL, k, [LANCE])[LANCE] for k in ("appends_s", "p99_ms")}
     ceiling = h.ratios(runs, NOOP, "appends_s", [LANCE])[LANCE]
-    vs_noop = h.ratios(runs, MEMWAL, "appends_s", [NOOP])[NOOP]
+    vs = h.ratios(runs, MEMWAL, "appends_s", [NOOP, DURABLE])
+    durable = h.ratios(runs, DURABLE, "appends_s", [NOOP, LANCE])
     cpu = [f"cpu_s_per_append {k}" for k in KINDS]
     return {"title": f"{THREADS} concurrent appending jobs x {n} x {ROWS:,} rows in one "
                      "SparkSession: memwal vs the Lance append",
@@ -75,4 +80,9 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                                  at_most=True),
                         h.target("no-op Python sink / Lance append appends/s (the ceiling of "
                                  "any Python sink)", ceiling),
-                        h.target("memwal / no-op Python sink appends/s", vs_noop)]}
+                        h.target("memwal / no-op Python sink appends/s", vs[NOOP]),
+                        h.target("durable Python sink / Lance append appends/s (the ceiling of "
+                                 "any durable Python sink)", durable[LANCE]),
+                        h.target("durable Python sink / no-op Python sink appends/s",
+                                 durable[NOOP]),
+                        h.target("memwal / durable Python sink appends/s", vs[DURABLE])]}

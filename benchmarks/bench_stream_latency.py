@@ -1,9 +1,11 @@
 """Issues 21/25: ``addBatch`` latency of the memwal stream sink at 1 s and 0.5 s triggers.
 
 A ``rate-micro-batch`` source (5,000 rows/s) feeds, one query at a time, the memwal
-sink, ``foreachBatch`` + ``lance.write_dataset(append)`` and a no-op Python stream sink
-(the ceiling). p50/p99 of ``durationMs.addBatch`` of N non-empty batches after 2. Twice:
-Spark's default TCP sockets to the Python workers, then Unix domain sockets
+sink, ``foreachBatch`` + ``lance.write_dataset(append)``, a no-op Python stream sink
+(the ceiling) and the durable Python stream sink of ``durable_sink`` (one durable
+object per task and one record per micro-batch, nothing else). p50/p99 of
+``durationMs.addBatch`` of N non-empty batches after 2. Twice: Spark's default TCP
+sockets to the Python workers, then Unix domain sockets
 (``spark.python.unix.domain.socket.enabled``), each session with every competitor.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from . import durable_sink
 from . import harness as h
 
 NAME = "stream_latency"
@@ -19,6 +22,7 @@ ROWS_PER_S, SKIP = 5_000, 2
 MEMWAL = "memwal sink (writeStream.format('memwal'))"
 FOREACH = "foreachBatch: toArrow + lance.write_dataset(append)"
 NOOP = "no-op Python stream sink (ceiling)"
+DURABLE = "durable Python stream sink (ceiling of a durable sink)"
 
 
 def _query(start, batches: int, timeout_s: float) -> dict[str, Any]:
@@ -73,18 +77,22 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str) -> dict[st
     def noop(path, conf):
         return lambda: conf(stream().writeStream.format("noop_arrow")).start()
 
+    def durable(path, conf):  # one durable object per micro-batch task, one record per batch
+        return lambda: conf(stream().writeStream.format(durable_sink.NAME)).start(path)
+
     runs = h.alternate(ctx, {MEMWAL: competitor(memwal), FOREACH: competitor(foreach),
-                           NOOP: competitor(noop)}, label=f"{trigger}, {socket}: ")
+                           NOOP: competitor(noop), DURABLE: competitor(durable)},
+                       label=f"{trigger}, {socket}: ")
     return {"trigger": f"{trigger}, {socket}", "competitors": h.stats(runs),
-            "p50": h.ratios(runs, MEMWAL, "p50_ms", [FOREACH, NOOP]),
-            "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP])}
+            "p50": h.ratios(runs, MEMWAL, "p50_ms", [FOREACH, NOOP, DURABLE]),
+            "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP, DURABLE])}
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     batches = ctx.pick(5, 15, 20)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
-        spark = h.spark_session(ctx, **conf)
+        spark = h.spark_session(ctx, durable_sink.DurableSource, **conf)
         try:
             cases += [_case(ctx, spark, t, batches, socket)
                       for t in ("1 second", "500 milliseconds")]
@@ -97,6 +105,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         targets += [h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch {k}",
                              c[k][FOREACH], 1.0, at_most=True) for k in ("p50", "p99")]
         targets += [h.target(f"trigger {t}: memwal / no-op sink addBatch p50", c["p50"][NOOP])]
+        targets += [h.target(f"trigger {t}: memwal / durable Python sink addBatch {k}",
+                             c[k][DURABLE]) for k in ("p50", "p99")]
         panels += [h.panel(f"trigger {t}: addBatch {k}", c["competitors"], f"{k}_ms", "ms")
                    for k in ("p50", "p99")]
     return {"title": f"Streaming addBatch latency at {ROWS_PER_S:,} rows/s: memwal sink vs "

@@ -58,12 +58,26 @@ class DurableWriter(sds.DataSourceArrowWriter):
 
     @entry_point
     def commit(self, messages) -> None:
+        self._put_record(messages, self.job)
+
+    def _put_record(self, messages, name: str) -> None:
         record = {"job": self.job, "objects": [m.key for m in messages if m is not None],
                   "rows": sum(m.rows for m in messages if m is not None)}
         open_store(self.path, self.storage).put_if_absent(
-            f"commits/{self.job}.json", json.dumps(record).encode())
+            f"commits/{name}.json", json.dumps(record).encode())
 
     def abort(self, messages) -> None:
+        pass
+
+
+class DurableStreamWriter(DurableWriter, sds.DataSourceStreamArrowWriter):
+    """A micro-batch's record is named by its batch id: put once per batch."""
+
+    @entry_point
+    def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
+        self._put_record(messages, f"batch-{batchId:020d}")
+
+    def abort(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
         pass
 
 
@@ -74,11 +88,18 @@ class DurableSource(sds.DataSource):
     def name(cls) -> str:
         return NAME
 
+    def _where(self) -> tuple[str, dict[str, str]]:
+        opts = dict(self.options)
+        return opts["path"], {k[len("storage."):]: v for k, v in opts.items()
+                              if k.startswith("storage.")}
+
     @entry_point
     def writer(self, schema, overwrite: bool) -> DurableWriter:
-        opts = dict(self.options)
-        storage = {k[len("storage."):]: v for k, v in opts.items() if k.startswith("storage.")}
-        return DurableWriter(opts["path"], storage)
+        return DurableWriter(*self._where())
+
+    @entry_point
+    def streamWriter(self, schema, overwrite: bool) -> DurableStreamWriter:  # noqa: N802
+        return DurableStreamWriter(*self._where())
 
 
 def committed_rows(path: str, storage: dict[str, str] | None = None) -> int:
