@@ -1,0 +1,250 @@
+"""The one shard a task of a table without a sharding spec writes: leased from its
+writer group's pool, continuing a writer its Python worker kept where it may.
+
+A task leases a free shard of the pool before its first row: its partition id's
+slot when free (uncontended jobs reuse the same shards), else one this process
+keeps a writer on (:mod:`memwal_datasource.writer_pool`), else the next free slot;
+with ``num_shards`` it waits for one of those. Tables with a sharding spec write
+through :mod:`memwal_datasource.spark.shard_turns` instead.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pyarrow as pa
+
+from .. import hooks
+from ..leases import HeldLease, Holder, Lease, Leases, NoFreeShard
+from ..writer_base import ShardWriter, WriterStats
+from ..writer_pool import POOL, KeptWriter
+from .options import WriteOptions
+from .shard_turns import open_shard
+
+# A task without num_shards probes the pool this many slots at a time (no waiting).
+POOL_WINDOW = 16
+POOL_WINDOWS = 64
+
+
+class PoolShard:
+    """The one shard a task of a table without a sharding spec writes, from its writer group.
+
+    The task leases a free shard of the pool: its partition id's slot when
+    free (uncontended jobs reuse the same shards), else one this process
+    keeps a writer on (see :mod:`memwal_datasource.writer_pool`), else the
+    next free slot; with ``num_shards`` it waits for one of those. The lease is renewed in
+    the background; a lost one (taken after it expired) fails the task
+    before it closes, and Spark retries the task.
+    """
+
+    def __init__(self, opts: WriteOptions, holder: Holder, leases: Leases):
+        self.opts = opts
+        self.holder = holder
+        self.leases = leases
+        self.held: HeldLease | None = None
+        self.writer: ShardWriter | None = None
+        self.shard: str | None = None
+        self.lease_s = 0.0
+        self.open_s = 0.0
+        # A first attempt on a WAL-only pool may take a writer a previous task of this
+        # process kept (see memwal_datasource.writer_pool); retries always claim anew.
+        self.keepable = (opts.keep_writers and holder.attempt == 0
+                         and not opts.config.enable_memtable and opts.sharding is None)
+        self.key: tuple | None = None
+        self.before: WriterStats | None = None  # a kept writer's stats when we took it
+        self.kept = False  # given back to the pool at close
+
+    def open(self, schema: pa.Schema) -> ShardWriter:
+        """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
+        t0 = time.perf_counter()
+        if self.keepable:
+            self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
+                        tuple(sorted(self.opts.storage.items())), schema.to_string(),
+                        repr(self.opts.config), self.opts.lease_ttl_s)
+        self.shard = self._lease_from_pool()
+        t1 = time.perf_counter()
+        self.lease_s += t1 - t0
+        if self.keepable:
+            kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
+                             self.held, self.opts.table_stamp)
+            if kept is not None:  # the shard any task would take, and our writer holds it
+                self.writer, self.before = kept.writer, kept.writer.stats()
+                self.open_s += time.perf_counter() - t1
+                return self.writer
+        elif POOL:
+            POOL.drop_shard(self.shard)  # our claim fences it: never reuse it
+        self.writer = open_shard(self.opts, self.shard, schema)
+        self.open_s += time.perf_counter() - t1
+        return self.writer
+
+    def stats(self) -> WriterStats:
+        """What this task wrote (a kept writer's counters minus what earlier tasks wrote)."""
+        s = self.writer.stats()
+        b = self.before
+        if b is None:
+            return s
+        first = (b.last_wal_position or 0) + 1 if s.last_wal_position else None
+        return replace(s, rows=s.rows - b.rows, bytes=s.bytes - b.bytes,
+                       wal_entries=s.wal_entries - b.wal_entries,
+                       first_wal_position=first if s.rows > b.rows else None,
+                       last_wal_position=s.last_wal_position if s.rows > b.rows else None)
+
+    def _kept_after_home(self, order: list[str], within: bool = False) -> list[str]:
+        """``order`` with the shards this process keeps writers on (for this task's
+        settings; only those in ``order`` if ``within``) moved right after the first,
+        the partition's own slot: an uncontended job keeps its placement, and a task
+        whose slot is busy continues a kept writer (no claim) before trying the next."""
+        kept = POOL.shards(self.key) if self.keepable and self.key is not None else []
+        kept = [s for s in kept if s != order[0] and (s in order or not within)]
+        return [order[0], *kept, *(s for s in order[1:] if s not in kept)]
+
+    def _hold(self, lease) -> None:
+        self.held = self.leases.hold(lease)
+
+    def _continue_kept(self, home: str) -> bool:
+        """Lease ``home`` right after the idle record of the writer this process keeps
+        there (no read first: :meth:`Leases.take_after`), if that writer is of this
+        task's table. ``False``: nothing held, lease as any task does."""
+        if not self.keepable or self.key is None:
+            return False
+        record = POOL.kept_record(self.key, home, self.opts.table_stamp)
+        lease = self.leases.take_after(record, self.holder) if record is not None else None
+        if lease is None:
+            return False
+        self._hold(lease)
+        return True
+
+    def _kept_by_another(self, lease: Lease) -> bool:
+        """Whether ``lease`` is an idle writer another process keeps."""
+        h, me = lease.holder, self.holder
+        return h.kept and (h.host, h.pid) != (me.host, me.pid)
+
+    def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
+        """Where ``home`` is free but another process keeps a writer on it, a shard this
+        process keeps one on (no claim on either side), if one is free; else ``None``.
+
+        Spark hands tasks to idle Python workers in turn, so without this two
+        workers would take one slot in turns and each claim it anew. Only a shard
+        an earlier task of the same partition (of another job) wrote qualifies,
+        where it went because this slot was busy: never another partition's
+        slot, which that partition's task of this job will want, so a job's
+        placement over its partitions' slots is unchanged and the table gains
+        no shard. With ``pool`` (``num_shards``), only shards in it.
+        """
+        if not self.keepable or self.key is None:
+            return None
+        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id,
+                                       partition=self.holder.partition)
+                if s != home and (pool is None or s in pool)]
+        if not kept:
+            return None
+        try:
+            shard, lease = self.leases.pick_free([home, *kept], self.holder,
+                                                 defer=self._kept_by_another)
+        except NoFreeShard:
+            return None
+        self._hold(lease)
+        return shard
+
+    def _lease_from_pool(self) -> str:
+        """Lease a shard of the writer group's pool: the partition's slot first."""
+        opts, pid = self.opts, self.holder.partition
+        if opts.num_shards:
+            return self._lease_from_bounded_pool(opts.num_shards)
+        if self._continue_kept(opts.shard_for(pid)):
+            return opts.shard_for(pid)
+        shard = self._lease_kept_instead(opts.shard_for(pid))
+        if shard is not None:
+            return shard
+        for w in range(POOL_WINDOWS):
+            slots = range(pid + w * POOL_WINDOW, pid + (w + 1) * POOL_WINDOW)
+            order = [opts.shard_for(s) for s in slots]
+            if w == 0:
+                order = self._kept_after_home(order)
+            try:
+                shard, lease = self.leases.pick_free(order, self.holder)
+            except NoFreeShard:
+                continue
+            self._hold(lease)
+            return shard
+        raise NoFreeShard([opts.shard_for(pid)], [], 0.0, fix=(
+            f"Slots {pid}..{pid + POOL_WINDOW * POOL_WINDOWS - 1} of writer group "
+            f"'{opts.writer_group}' are all leased by live writers: fewer tasks at once, "
+            "or another writer_group"))
+
+    def _lease_from_bounded_pool(self, n: int) -> str:
+        """Lease one of the ``n`` shards (``num_shards``), waiting while all are held.
+
+        Waiting for this job's own tasks has no limit: they run and release
+        their shards when done (a dead one's lease expires). Only the time
+        another job holds part of the pool counts against ``lease_wait_s``.
+        """
+        opts, holder, leases = self.opts, self.holder, self.leases
+        pool = self._kept_after_home([opts.shard_for(holder.partition + i) for i in range(n)],
+                                     within=True)
+        if self._continue_kept(pool[0]):
+            return pool[0]
+        shard = self._lease_kept_instead(pool[0], pool)
+        if shard is not None:
+            return shard
+        waited, delay = 0.0, 0.05
+        while True:
+            try:
+                shard, lease = leases.pick_free(pool, holder)
+            except NoFreeShard as exc:
+                others = [x for x in exc.leases if x.holder.job_id != holder.job_id]
+                if others and waited >= opts.lease_wait_s:
+                    raise NoFreeShard(exc.shards, exc.leases, waited, fix=(
+                        f"Option 'num_shards' is {n}: at most {n} task(s) write writer group "
+                        f"'{opts.writer_group}' of the table at {opts.path} at once, and a "
+                        f"task waits up to lease_wait_s ({opts.lease_wait_s:g} s) while "
+                        "other jobs hold them. Raise num_shards (or drop it), raise "
+                        "lease_wait_s, or give the jobs different writer_group values")
+                    ) from None
+                hooks.point("lease.waiting", shard=pool[0], job_id=holder.job_id,
+                            partition=holder.partition, waited_s=waited,
+                            blocker_job_id=(others or exc.leases)[0].holder.job_id)
+                pause = min(delay, opts.lease_wait_s - waited) if others else delay
+                leases.sleep(pause)
+                waited += pause if others else 0.0
+                delay = min(delay * 2, leases.max_backoff_s)
+                continue
+            self._hold(lease)
+            return shard
+
+    def check(self) -> None:
+        """Raise :class:`~memwal_datasource.leases.LeaseLost` if the lease was lost."""
+        if self.held is not None:
+            self.held.check()
+
+    def close(self) -> None:
+        """Check the lease, then make the rows durable: keep the writer for the next
+        task of this process where allowed, else close it."""
+        self.check()
+        if self.writer is None:
+            return
+        if self.keepable:
+            self.writer.flush()
+            self.writer.check_fence()  # as close() does: a fenced writer reports no success
+            self.check()
+            POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held,
+                                           job_id=self.holder.job_id,
+                                           partition=self.holder.partition,
+                                           stamp=self.opts.table_stamp,
+                                           store=self.leases.store))
+            self.kept = True
+        else:
+            self.writer.close()
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+
+    def release(self) -> None:
+        """Release the lease (best effort: an unreleased one expires by itself); a kept
+        writer keeps it."""
+        t0 = time.perf_counter()
+        if self.held is not None and not self.kept:
+            self.held.release()
+        self.lease_s += time.perf_counter() - t0
