@@ -502,7 +502,8 @@ def frame(spark, start: int, rows: int, parts: int = 1):
 def concurrent_appends(spark, writers: int, n: int, rows: int,
                        append: Callable[[int], None]) -> dict[str, Any]:
     """``writers`` threads, ``n`` appends of ``rows`` rows each (``append(first id)``);
-    rows/s, appends/s and latency per append, plus CPU seconds per append by process."""
+    rows/s, appends/s and latency per append, plus CPU seconds per append by process
+    (``other``: the rest of this process's tree, in practice the local S3 server)."""
     lat: list[float] = []
     gate = threading.Barrier(writers)
 
@@ -523,7 +524,7 @@ def concurrent_appends(spark, writers: int, n: int, rows: int,
     return {"seconds": wall, "rows_s": writers * n * rows / wall, "appends_s": writers * n / wall,
             "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "lat_ms": lat,
             **{f"cpu_s_per_append {k}": (cpu1[k] - cpu0[k]) / (writers * n)
-               for k in ("driver", "jvm", "python workers")}}
+               for k in ("driver", "jvm", "python workers", "other")}}
 
 
 # --- output ----------------------------------------------------------------------
