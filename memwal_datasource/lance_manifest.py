@@ -19,43 +19,13 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterator
 
 from .errors import CorruptEntryError
+from .protowire import fields as _fields
 from .store import ObjectStore
 
 MEM_WAL_INDEX = "__lance_mem_wal"
 _U64_MAX = (1 << 64) - 1
-
-
-def _varint(b: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        c = b[i]
-        i += 1
-        value |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return value, i
-
-
-def _fields(b: bytes) -> Iterator[tuple[int, int | bytes]]:
-    i = 0
-    while i < len(b):
-        key, i = _varint(b, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(b, i)
-        elif wire == 2:
-            n, i = _varint(b, i)
-            value, i = b[i:i + n], i + n
-        elif wire == 1:
-            value, i = b[i:i + 8], i + 8
-        elif wire == 5:
-            value, i = b[i:i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        yield number, value
 
 
 def manifest_keys(version: int) -> tuple[str, str]:

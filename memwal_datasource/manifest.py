@@ -16,16 +16,13 @@ from collections.abc import Callable
 
 from . import hooks
 from .errors import CorruptEntryError, Fenced, ShardSealedError, StoreError
-from .format import (
-    MEM_WAL_DIR,
+from .format import MEM_WAL_DIR, manifest_key, parse_bit_reversed_name, version_hint_key
+from .manifest_format import (
     ShardManifest,
     decode_manifest,
     decode_version_hint,
     encode_manifest,
     encode_version_hint,
-    manifest_key,
-    parse_bit_reversed_name,
-    version_hint_key,
 )
 from .store import ObjectStore, put_resolved, read_both
 

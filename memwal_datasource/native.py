@@ -35,9 +35,9 @@ import pyarrow as pa
 from . import hooks
 from .config import ShardWriterConfig
 from .errors import ConfigError, Fenced, MemWalError, NotInThisMode, WriterPoisoned
-from .format import ShardManifest
 from .lance_manifest import compacted_generations
 from .manifest import ManifestStore
+from .manifest_format import ShardManifest
 from .options import lance_storage_options
 from .store import ObjectStore, open_store
 from .table import TableSnapshot, TableView, primary_key_of

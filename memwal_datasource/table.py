@@ -31,8 +31,9 @@ from .errors import (
     MissingEntryError,
     without_native_locations,
 )
-from .format import TOMBSTONE, FieldId, ShardManifest, entry_columns, has_field_ids
+from .format import TOMBSTONE, FieldId, entry_columns, has_field_ids
 from .manifest import ManifestStore, list_shards
+from .manifest_format import ShardManifest
 from .options import lance_storage_options
 from .rounds import (  # noqa: F401 - re-exported: compaction state as the table sees it
     LEDGER_SHARD,

@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from memwal_datasource.errors import CorruptEntryError, Fenced, ShardSealedError
-from memwal_datasource.format import SHARD_ACTIVE, SHARD_SEALED, manifest_key, version_hint_key
+from memwal_datasource.format import manifest_key, version_hint_key
 from memwal_datasource.manifest import ManifestStore, list_shards
+from memwal_datasource.manifest_format import SHARD_ACTIVE, SHARD_SEALED
 from tests.helpers import new_shard
 
 

@@ -16,18 +16,15 @@ import pytest
 
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import Fenced
-from memwal_datasource.format import (
+from memwal_datasource.format import manifest_key, shard_dir, version_hint_key, wal_key
+from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.manifest_format import (
     SHARD_ACTIVE,
     SHARD_SEALED,
     decode_manifest,
     decode_version_hint,
     encode_manifest,
-    manifest_key,
-    shard_dir,
-    version_hint_key,
-    wal_key,
 )
-from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.options import lance_storage_options
 from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store

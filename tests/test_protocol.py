@@ -23,14 +23,13 @@ from memwal_datasource.errors import (
 )
 from memwal_datasource.format import (
     IPC_EOS,
-    ShardManifest,
-    encode_manifest,
     encode_wal_entry,
     manifest_key,
     version_hint_key,
     wal_key,
 )
 from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.manifest_format import ShardManifest, encode_manifest
 from memwal_datasource.store import MAX_BACKOFF_S, backoff_delay, put_resolved
 from memwal_datasource.wal import MAX_POSITION_CONFLICTS, TIP_REFRESH_EVERY, WalAppender, WalTailer
 from tests.helpers import (

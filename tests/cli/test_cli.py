@@ -18,8 +18,8 @@ from memwal_datasource.cli import (
     short_ids,
 )
 from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
-from memwal_datasource.format import SHARD_SEALED
 from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.manifest_format import SHARD_SEALED
 from memwal_datasource.store import open_store
 from memwal_datasource.wal import WalAppender
 from tests.helpers import later
