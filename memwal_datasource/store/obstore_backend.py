@@ -94,6 +94,60 @@ def parse_obstore_error(exc: BaseException) -> tuple[int | None, str, str | None
     return status, code, kind.group(1) if kind else None
 
 
+def map_obstore_error(exc: BaseException, *, where: str, service: str, container_word: str,
+                      container: str, endpoint: str, credential_hint: str,
+                      conditional: bool = False, listing: bool = False) -> BaseException:
+    """The package's exception for an obstore failure (the caller raises it), for every
+    backend obstore carries (S3's data path, GCS, Azure Blob).
+
+    * a create-only PUT's answer about the key -> :func:`~.base.conditional_put_error`:
+      "exists" (412, Azure's 409 ``BlobAlreadyExists``) -> ``FileExistsError``,
+      whatever obstore class carries it (object_store before
+      apache/arrow-rs-object-store#830 reported Azure's as a ``PreconditionError``),
+      any other 409 -> ``TransientStoreError``;
+    * 404 -> ``FileNotFoundError``, or ``StoreNotFoundError`` for a missing bucket
+      or container (and for a 404 on a PUT or a listing that is not about the key);
+    * 401/403 -> ``StoreAuthError`` naming the options to check, never their values;
+    * 5xx, 408, 409, 412, 429, timeouts, refused or reset connections ->
+      ``TransientStoreError`` (for a PUT: it may or may not have landed);
+    * any other status -> ``StoreError``.
+    """
+    from obstore.exceptions import (  # lazy (module docstring)
+        BaseError,
+        NotModifiedError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
+
+    if not isinstance(exc, (BaseError, OSError)):
+        return exc  # a programming error (a bad payload type, ...): raised as it is
+    status, code, kind = parse_obstore_error(exc)
+    if conditional:
+        mapped = conditional_put_error(
+            status, code, where,
+            precondition_failed=isinstance(exc, (PreconditionError, NotModifiedError)))
+        if mapped is not None:
+            return mapped
+    if isinstance(exc, FileNotFoundError) or status == 404:
+        if code in ("NoSuchBucket", "ContainerNotFound") or (
+                (conditional or listing) and code != "NoSuchKey"):
+            return StoreNotFoundError(
+                f"create the {container_word} first: {container_word} '{container}' does not "
+                f"exist at {endpoint} (while accessing {where})")
+        return FileNotFoundError(where)
+    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or status in (401, 403):
+        return StoreAuthError(
+            f"check {credential_hint}: {service} at {endpoint} rejected the credentials for "
+            f"{container_word} '{container}' ({code}) while accessing {where}")
+    if status is None:
+        return TransientStoreError(
+            f"cannot reach {service} at {endpoint} for {where}: {kind or type(exc).__name__}")
+    if status >= 500 or status in (408, 409, 412, 429):
+        return TransientStoreError(f"{service} error on {where}: {code} (HTTP {status})")
+    return StoreError(f"{service} error on {where}: {code} (HTTP {status})")
+
+
 @dataclass(frozen=True)
 class ObstoreOptions:
     """The storage options one backend hands to obstore, parsed once.
@@ -241,58 +295,12 @@ class ObstoreStore(ObjectStore):
 
     def _map(self, exc: BaseException, key: str, *, conditional: bool,
              listing: bool = False) -> BaseException:
-        """The package's exception for an obstore failure.
-
-        * a create-only PUT's answer about the key -> :func:`~.base.conditional_put_error`:
-          "exists" (412, Azure's 409 ``BlobAlreadyExists``) -> ``FileExistsError``,
-          whatever obstore class carries it (object_store before
-          apache/arrow-rs-object-store#830 reported Azure's as a ``PreconditionError``),
-          any other 409 -> ``TransientStoreError``;
-        * 404 -> ``FileNotFoundError``, or ``StoreNotFoundError`` for a missing bucket
-          or container (and for any 404 on a PUT or a listing);
-        * 401/403 -> ``StoreAuthError`` naming the options to check, never their values;
-        * 5xx, 408, 409, 429, timeouts, refused or reset connections ->
-          ``TransientStoreError`` (for a PUT: it may or may not have landed);
-        * any other status -> ``StoreError``.
-        """
-        from obstore.exceptions import (  # lazy (module docstring)
-            BaseError,
-            NotModifiedError,
-            PermissionDeniedError,
-            PreconditionError,
-            UnauthenticatedError,
-        )
-
-        if not isinstance(exc, (BaseError, OSError)):
-            return exc  # a programming error (a bad payload type, ...): raised as it is
-        where = self.describe(key)
-        status, code, kind = parse_obstore_error(exc)
-        if conditional:
-            mapped = conditional_put_error(
-                status, code, where,
-                precondition_failed=isinstance(exc, (PreconditionError, NotModifiedError)))
-            if mapped is not None:
-                return mapped
-        if isinstance(exc, FileNotFoundError) or status == 404:
-            if conditional or listing or code in ("NoSuchBucket", "ContainerNotFound"):
-                return StoreNotFoundError(
-                    f"create the {self.container_word} first: {self.container_word} "
-                    f"'{self.container}' does not exist at {self._endpoint_name()} "
-                    f"(while accessing {where})")
-            return FileNotFoundError(where)
-        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or status in (401,
-                                                                                        403):
-            return StoreAuthError(
-                f"check {self.credential_hint}: {self.service} at {self._endpoint_name()} "
-                f"rejected the credentials for {self.container_word} '{self.container}' "
-                f"({code}) while accessing {where}")
-        if status is None:
-            return TransientStoreError(
-                f"cannot reach {self.service} at {self._endpoint_name()} for {where}: "
-                f"{kind or type(exc).__name__}")
-        if status >= 500 or status in (408, 409, 412, 429):
-            return TransientStoreError(f"{self.service} error on {where}: {code} (HTTP {status})")
-        return StoreError(f"{self.service} error on {where}: {code} (HTTP {status})")
+        """The package's exception for an obstore failure (:func:`map_obstore_error`)."""
+        return map_obstore_error(
+            exc, where=self.describe(key), service=self.service,
+            container_word=self.container_word, container=self.container,
+            endpoint=self._endpoint_name(), credential_hint=self.credential_hint,
+            conditional=conditional, listing=listing)
 
     # -- the contract ----------------------------------------------------------------------
 

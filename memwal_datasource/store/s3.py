@@ -16,7 +16,7 @@ from ..errors import StoreAuthError, StoreError, StoreNotFoundError, TransientSt
 from ..options import S3Options, scrub, scrub_url
 from . import s3_clients
 from .base import BytesLike, ObjectStore, _dir_prefix, byte_view, conditional_put_error
-from .obstore_backend import obstore_usable, parse_obstore_error
+from .obstore_backend import map_obstore_error, obstore_usable
 
 
 def _boto3_body(data: BytesLike, view: memoryview) -> bytes | bytearray:
@@ -100,14 +100,14 @@ class S3Store(ObjectStore):
                 raise FileNotFoundError(where) from None
             if code == "NoSuchBucket":
                 raise StoreNotFoundError(
-                    f"bucket '{self.bucket}' does not exist at {self._endpoint_name()} "
-                    f"(while accessing {where})"
+                    f"create the bucket first: bucket '{self.bucket}' does not exist at "
+                    f"{self._endpoint_name()} (while accessing {where})"
                 ) from None
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
                 raise StoreAuthError(
-                    f"S3 at {self._endpoint_name()} rejected the credentials for bucket "
-                    f"'{self.bucket}' ({code}) while accessing {where}; check "
-                    "aws_access_key_id / aws_secret_access_key"
+                    f"check aws_access_key_id / aws_secret_access_key: S3 at "
+                    f"{self._endpoint_name()} rejected the credentials for bucket "
+                    f"'{self.bucket}' ({code}) while accessing {where}"
                 ) from None
             cause = self._safe_cause(exc)  # only for the errors that keep it
             if status == 409 or code in ("ConditionalRequestConflict", "OperationAborted"):
@@ -294,52 +294,17 @@ class S3Store(ObjectStore):
                 code = str(exc.response.get("Error", {}).get("Code", ""))
                 if code in ("404", "NoSuchBucket", "NotFound"):
                     raise StoreNotFoundError(
-                        f"bucket '{self.bucket}' does not exist at {self._endpoint_name()}"
+                        f"create the bucket first: bucket '{self.bucket}' does not exist at "
+                        f"{self._endpoint_name()}"
                     ) from None
             self._raise(exc, "")
 
 
 def obstore_error(exc: BaseException, *, where: str, bucket: str, endpoint: str,
                   conditional: bool = False) -> BaseException:
-    """The package's exception for an obstore failure on S3 (the caller raises it).
-
-    * a conditional PUT's answer about the key -> :func:`~.base.conditional_put_error`
-      (412 -> ``FileExistsError``, 409 -> ``TransientStoreError``);
-    * 404 -> ``FileNotFoundError``, or ``StoreNotFoundError`` for a missing bucket;
-    * 403/401 -> ``StoreAuthError`` naming the options to check, never their values;
-    * 5xx, 408, 409, 429, timeouts, refused or reset connections -> ``TransientStoreError``
-      (for a PUT: it may or may not have landed);
-    * any other HTTP status -> ``StoreError``.
-    """
-    from obstore.exceptions import (  # lazy (module docstring)
-        BaseError,
-        NotModifiedError,
-        PermissionDeniedError,
-        PreconditionError,
-        UnauthenticatedError,
-    )
-
-    if not isinstance(exc, (BaseError, OSError)):
-        return exc  # a programming error (a bad payload type, ...): raised as it is
-    status, code, kind = parse_obstore_error(exc)
-    if conditional:
-        mapped = conditional_put_error(
-            status, code, where,
-            precondition_failed=isinstance(exc, (PreconditionError, NotModifiedError)))
-        if mapped is not None:
-            return mapped
-    if isinstance(exc, FileNotFoundError) or status == 404:
-        if code == "NoSuchBucket" or (conditional and code != "NoSuchKey"):
-            return StoreNotFoundError(
-                f"bucket '{bucket}' does not exist at {endpoint} (while accessing {where})")
-        return FileNotFoundError(where)
-    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or status in (401, 403):
-        return StoreAuthError(
-            f"S3 at {endpoint} rejected the credentials for bucket '{bucket}' ({code}) while "
-            f"accessing {where}; check aws_access_key_id / aws_secret_access_key")
-    if status is None:
-        return TransientStoreError(f"cannot reach S3 at {endpoint} for {where}: "
-                                   f"{kind or type(exc).__name__}")
-    if status >= 500 or status in (408, 409, 429):
-        return TransientStoreError(f"S3 error on {where}: {code} (HTTP {status})")
-    return StoreError(f"S3 error on {where}: {code} (HTTP {status})")
+    """The package's exception for an obstore failure on S3 (the caller raises it):
+    :func:`~.obstore_backend.map_obstore_error`, naming S3's credential options."""
+    return map_obstore_error(exc, where=where, service="S3", container_word="bucket",
+                             container=bucket, endpoint=endpoint,
+                             credential_hint="aws_access_key_id / aws_secret_access_key",
+                             conditional=conditional)
