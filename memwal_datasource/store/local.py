@@ -17,6 +17,7 @@ from .base import BytesLike, ObjectStore, byte_view
 
 
 def _fsync_path(path: str) -> None:
+    """fsync a file or a directory (its names)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -65,14 +66,6 @@ class LocalStore(ObjectStore):
             os.close(fd)
         return tmp
 
-    @staticmethod
-    def _fsync_dir(directory: str) -> None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def put_if_absent(self, key: str, data: BytesLike) -> None:
         self._link_new(key, data, fsync=True)
 
@@ -89,7 +82,7 @@ class LocalStore(ObjectStore):
         finally:
             os.unlink(tmp)
         if fsync:
-            self._fsync_dir(os.path.dirname(path))
+            _fsync_path(os.path.dirname(path))
 
     def sync(self, keys: list[str], *, data: bool = True, names: bool = True) -> None:
         """fsync each object (``data``; several at once, since the filesystem
@@ -102,7 +95,7 @@ class LocalStore(ObjectStore):
             for path in paths:
                 _fsync_path(path)
         for directory in {os.path.dirname(p) for p in paths} if names else ():
-            self._fsync_dir(directory)
+            _fsync_path(directory)
 
     def put(self, key: str, data: BytesLike) -> None:
         # Hints and clock probes only: atomic (replace) but not synced. A hint a power
