@@ -9,10 +9,14 @@ reads see each job's rows exactly once.
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
+from memwal_datasource import hooks
 from memwal_datasource.commit import CommitLog
+from memwal_datasource.errors import MemWalError
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
@@ -97,9 +101,10 @@ def test_the_next_task_takes_the_shard_after_the_kept_record_without_reading_it(
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2, 3]
 
 
-def test_a_retried_attempt_claims_anew_and_fences_the_kept_writer(tmp_path):
-    uri = str(tmp_path / "t.lance")
-    writer, table = job_writer(uri, {})
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_retried_attempt_claims_anew_and_fences_the_kept_writer(location):
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
     job = TaskJob.new()
     first = one_job(writer, table, [1], job=job)
     retry = one_job(writer, table, [2], attempt=1, job=job)  # the same task, again
@@ -109,19 +114,60 @@ def test_a_retried_attempt_claims_anew_and_fences_the_kept_writer(tmp_path):
     assert (retry.shard_id, retry.epoch) != (first.shard_id, first.epoch)
     assert retry.epoch > (first.epoch if retry.shard_id == first.shard_id else 0)
     one_job(writer, table, [3])
-    assert sorted(read_table(uri).column("id").to_pylist()) == [1, 2, 3]
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2, 3]
 
 
-def test_a_writer_fenced_while_kept_is_not_reused(tmp_path):
-    uri = str(tmp_path / "t.lance")
-    writer, table = job_writer(uri, {})
-    store = open_store(uri)
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_writer_fenced_while_kept_is_not_reused(location):
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    store = open_store(uri, opts)
     first = one_job(writer, table, [1])
     WalAppender.open(store, first.shard_id)  # another process claims the shard
     stolen = ManifestStore(store, first.shard_id).latest().writer_epoch
     second = one_job(writer, table, [2])
     assert second.epoch > stolen  # opened anew, not the fenced one
-    assert sorted(read_table(uri).column("id").to_pylist()) == [1, 2]
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_retry_racing_the_attempt_that_continues_the_kept_writer_commits_once(location):
+    """Two actors at once: attempt 0 continues the kept writer and is paused right after
+    its WAL entry lands; attempt 1 of the same task claims anew (fencing that writer),
+    writes and is committed. Attempt 0 then fails, and its rows are never visible."""
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])  # the writer is now kept, epoch first.epoch
+    job, landed, resume, outcome = TaskJob.new(), threading.Event(), threading.Event(), {}
+
+    def pause_the_kept_writer(shard, epoch, position):
+        if (shard, epoch) == (first.shard_id, first.epoch):
+            landed.set()
+            assert resume.wait(60)
+
+    def attempt_0():
+        try:
+            outcome["msg"] = write_task(writer.opts, table, iter([rows([9])]), job,
+                                        partition=0, attempt=0)
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            outcome["error"] = exc
+
+    remove = hooks.register("append.after", pause_the_kept_writer)
+    racer = threading.Thread(target=attempt_0)
+    try:
+        racer.start()
+        assert landed.wait(60), "attempt 0 never wrote its entry"
+        retry = write_task(writer.opts, table, iter([rows([2])]), job, partition=0, attempt=1)
+    finally:
+        resume.set()
+        racer.join(60)
+        remove()
+    assert retry.shard_id == first.shard_id and retry.epoch > first.epoch
+    # Fenced at its close (or, had its lease renewal run first, LeaseLost): never a message.
+    assert "msg" not in outcome and isinstance(outcome.get("error"), MemWalError), outcome
+    writer.commit([retry])  # what Spark commits: the attempt that succeeded
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+    assert len(POOL) == 0  # neither attempt left a writer to continue
 
 
 def test_a_failed_task_does_not_give_its_writer_back(tmp_path):
