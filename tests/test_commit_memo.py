@@ -119,7 +119,7 @@ def test_a_fold_behind_other_processes_catches_up(any_store):
     assert CommitLog(any_store).visible()[:-1] == expected
 
 
-@pytest.mark.parametrize("backend", ["memory", "local", "s3"])
+@pytest.mark.parametrize("backend", ["memory", "local", "s3", "gcs", "azure"])
 def test_warm_committers_racing_a_collector_commit_each_job_once(any_store, monkeypatch):
     """Three committers (threads sharing this process's folds) and a collector that
     checkpoints and deletes below it, at once: every job lands once, in the fold.
