@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import (
     ConfigError,
@@ -93,6 +93,27 @@ def parse_obstore_error(exc: BaseException) -> tuple[int | None, str, str | None
     kind = _KIND.search(text)
     return status, code, kind.group(1) if kind else None
 
+
+def safe_cause(exc: BaseException | None, secrets: list[str]) -> BaseException | None:
+    """``exc`` to chain to a mapped error, or ``None`` if its traceback would quote a
+    credential (SDKs print the request URL, with an endpoint's ``user:password@``)."""
+    if exc is None:
+        return None
+    text = "".join(traceback.format_exception(exc))
+    return exc if scrub(text, secrets) == text else None
+
+
+def raise_mapped(exc: BaseException, mapped: BaseException, secrets: list[str]) -> NoReturn:
+    """Raise ``mapped``, the package's error for ``exc`` (``exc`` itself if it has none).
+
+    Auth and existence errors say all there is to say; the rest keep ``exc`` as their
+    cause unless its traceback would quote a credential (:func:`safe_cause`).
+    """
+    if mapped is exc:
+        raise exc
+    cause = None if isinstance(mapped, (FileExistsError, FileNotFoundError,
+                                        StoreAuthError, StoreNotFoundError)) else exc
+    raise mapped from safe_cause(cause, secrets)
 
 def map_obstore_error(exc: BaseException, *, where: str, service: str, container_word: str,
                       container: str, endpoint: str, credential_hint: str,
@@ -273,25 +294,14 @@ class ObstoreStore(ObjectStore):
     def _first_line(self, exc: BaseException) -> str:
         return scrub(str(exc), self.options.secret_values()).split("\n", 1)[0][:300]
 
-    def _safe_cause(self, exc: BaseException | None) -> BaseException | None:
-        """``exc`` to chain, or ``None`` if its traceback would quote a credential."""
-        if exc is None:
-            return None
-        text = "".join(traceback.format_exception(exc))
-        return exc if scrub(text, self.options.secret_values()) == text else None
-
     def _call(self, key: str, call, *, conditional: bool = False, listing: bool = False):
         """Run ``call(client, path)``; map failures to the package's errors."""
         client = self._client(conditional)
         try:
             return call(client, self._key(key))
         except Exception as exc:  # noqa: BLE001 - mapped below
-            mapped = self._map(exc, key, conditional=conditional, listing=listing)
-            if mapped is exc:
-                raise
-            cause = None if isinstance(mapped, (FileExistsError, FileNotFoundError,
-                                                StoreAuthError, StoreNotFoundError)) else exc
-            raise mapped from self._safe_cause(cause)
+            raise_mapped(exc, self._map(exc, key, conditional=conditional, listing=listing),
+                         self.options.secret_values())
 
     def _map(self, exc: BaseException, key: str, *, conditional: bool,
              listing: bool = False) -> BaseException:

@@ -9,14 +9,13 @@ lazy: importing the package must not start obstore (its runtime does not survive
 from __future__ import annotations
 
 import os
-import traceback
 from collections.abc import Iterator
 
 from ..errors import StoreAuthError, StoreError, StoreNotFoundError, TransientStoreError
-from ..options import S3Options, scrub, scrub_url
+from ..options import S3Options, scrub_url
 from . import s3_clients
 from .base import BytesLike, ObjectStore, _dir_prefix, byte_view, conditional_put_error
-from .obstore_backend import map_obstore_error, obstore_usable
+from .obstore_backend import map_obstore_error, obstore_usable, raise_mapped, safe_cause
 
 
 def _boto3_body(data: BytesLike, view: memoryview) -> bytes | bytearray:
@@ -78,15 +77,10 @@ class S3Store(ObjectStore):
         try:
             return call(store, self._key(key))
         except Exception as exc:  # noqa: BLE001 - mapped to typed errors
-            mapped = obstore_error(
-                exc, where=self.describe(key), bucket=self.bucket,
-                endpoint=self._endpoint_name(), conditional=conditional)
-            if mapped is exc:
-                raise
-            # Auth and existence errors say all there is to say; keep the rest's cause.
-            cause = None if isinstance(mapped, (FileExistsError, FileNotFoundError,
-                                                StoreAuthError, StoreNotFoundError)) else exc
-            raise mapped from self._safe_cause(cause)
+            raise_mapped(exc, obstore_error(exc, where=self.describe(key), bucket=self.bucket,
+                                            endpoint=self._endpoint_name(),
+                                            conditional=conditional),
+                         self.options.secret_values())
 
     def _raise(self, exc: Exception, key: str) -> None:
         """Raise the package's exception for a boto3 failure on ``key``."""
@@ -131,12 +125,7 @@ class S3Store(ObjectStore):
         raise exc
 
     def _safe_cause(self, exc: BaseException | None) -> BaseException | None:
-        """``exc`` to chain to a mapped error, or ``None`` if its traceback would quote a
-        credential (SDKs print the request URL, with an endpoint's ``user:password@``)."""
-        if exc is None:
-            return None
-        text = "".join(traceback.format_exception(exc))
-        return exc if scrub(text, self.options.secret_values()) == text else None
+        return safe_cause(exc, self.options.secret_values())
 
     def _endpoint_name(self) -> str:
         endpoint = self.options.endpoint
