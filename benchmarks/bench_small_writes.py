@@ -28,9 +28,10 @@ DIRS = ("data", "_versions", "_transactions", "")
 def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None) -> dict[str, Any]:
     import lance
 
+    prefixed = {f"storage.{k}": v for k, v in (storage or {}).items()}  # as Spark takes them
+
     def memwal(uri: str, keep: bool = True):
-        opts = {**{f"storage.{k}": v for k, v in (storage or {}).items()},
-                **({} if keep else {"keep_writers": "false"})}
+        opts = {**prefixed, **({} if keep else {"keep_writers": "false"})}
         return lambda start: h.frame(spark, start, ROWS).write.format("memwal").mode(
             "append").options(**opts).save(uri)
 
@@ -74,8 +75,7 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None) -> dict[str
         "noop_arrow").mode("append").save(), lambda u: None)
     # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
     comps[DURABLE] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
-        durable_sink.NAME).mode("append").options(path=u, **{
-            f"storage.{k}": v for k, v in (storage or {}).items()}).save(),
+        durable_sink.NAME).mode("append").options(path=u, **prefixed).save(),
         lambda u: durable_sink.committed_rows(u, storage))
     where = "S3" if storage else "local disk"
     runs = h.alternate(ctx, comps, label=f"{where}: ")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyspark.sql.datasource as sds
 
+from memwal_datasource.spark.options import storage_options, table_path
 from memwal_datasource.spark.worker_entry import entry_point
 from memwal_datasource.spark.worker_socket import prompted
 from memwal_datasource.store import open_store
@@ -89,9 +90,8 @@ class DurableSource(sds.DataSource):
         return NAME
 
     def _where(self) -> tuple[str, dict[str, str]]:
-        opts = dict(self.options)
-        return opts["path"], {k[len("storage."):]: v for k, v in opts.items()
-                              if k.startswith("storage.")}
+        opts = {k.lower(): v for k, v in dict(self.options).items()}
+        return table_path(opts), storage_options(opts)  # as memwal reads them
 
     @entry_point
     def writer(self, schema, overwrite: bool) -> DurableWriter:
