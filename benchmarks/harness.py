@@ -141,9 +141,14 @@ def s3_bucket(ctx: Ctx, bucket: str) -> Iterator[tuple[Any, str | None]]:
 
     try:
         server = start_s3_server(ctx.scratch(f"s3-{bucket}"))
-        server.create_bucket(bucket)
     except Exception as exc:  # noqa: BLE001 - the scenario reports the skip
         yield None, f"no S3 server: {exc}"
+        return
+    try:
+        server.create_bucket(bucket)
+    except Exception as exc:  # noqa: BLE001 - reported; a started server never outlives us
+        server.stop()
+        yield None, f"S3 server could not create bucket {bucket!r}: {exc}"
         return
     try:
         yield server, None

@@ -7,7 +7,9 @@ Facts from the Lance MemWAL specification (``docs/src/format/table/mem_wal.md``)
 * ``{name}`` is the 64-bit number's bits reversed, written as 64 ``0``/``1``
   characters, so sequential numbers spread over object-store partitions.
   WAL positions and manifest versions both start at 1.
-* A WAL entry is one Arrow IPC stream; its schema metadata carries
+* A WAL entry is one Arrow IPC stream (its buffers may be LZ4- or
+  ZSTD-compressed, as the IPC format allows: pylance replays those too); its
+  schema metadata carries
   ``writer_epoch`` (decimal), ``generation`` (MemTable mode only) and
   ``fence_sentinel`` on the data-less entry a new writer drops at the tip.
 * The shard manifest is the ``lance.table.ShardManifest`` protobuf
@@ -235,12 +237,16 @@ def encode_wal_buffer(
     writer_epoch: int,
     generation: int | None = None,
     fence_sentinel: bool = False,
+    compression: str | None = None,
 ) -> pa.Buffer:
     """Serialize batches as one Arrow IPC stream carrying the MemWAL metadata.
 
-    Returns an Arrow buffer (bytes-like, no copy into Python bytes): the stream is
-    measured first with a counting sink, then written once into a buffer of exactly
-    that size, so the batches' data is copied once and never reallocated.
+    Returns an Arrow buffer (bytes-like, no copy into Python bytes). Uncompressed,
+    the stream is measured first with a counting sink, then written once into a
+    buffer of exactly that size, so the batches' data is copied once and never
+    reallocated. ``compression`` (``"lz4"`` or ``"zstd"``: Arrow IPC buffer
+    compression, which every IPC reader and pylance's replay decode) compresses
+    each buffer once, into a growing buffer.
     """
     metadata = dict(schema.metadata or {})
     metadata[WRITER_EPOCH_KEY] = str(int(writer_epoch)).encode()
@@ -252,6 +258,10 @@ def encode_wal_buffer(
     # Batches may carry their own schema metadata; the stream's wins. A batch
     # without the schema's trailing _tombstone column gets it all false (upserts).
     items = [] if fence_sentinel else [_as_entry_batch(b, tagged) for b in batches]
+    if compression is not None and items:
+        sink = pa.BufferOutputStream()
+        _write_stream(sink, tagged, items, compression)
+        return sink.getvalue()
     counter = pa.MockOutputStream()
     _write_stream(counter, tagged, items)
     out = pa.allocate_buffer(counter.size())
@@ -269,8 +279,10 @@ def _as_entry_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def _write_stream(sink, schema: pa.Schema, batches: list[pa.RecordBatch]) -> None:
-    with pa.ipc.new_stream(sink, schema) as writer:
+def _write_stream(sink, schema: pa.Schema, batches: list[pa.RecordBatch],
+                  compression: str | None = None) -> None:
+    options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
+    with pa.ipc.new_stream(sink, schema, options=options) as writer:
         for batch in batches:
             writer.write_batch(batch)
 

@@ -95,6 +95,11 @@ def check_native_config(config: ShardWriterConfig) -> None:
                 f"writer does not expose it (it uses {getattr(default, name)}); "
                 "use enable_memtable=false to control it"
             )
+    if config.wal_compression not in ("auto", "none"):
+        raise ConfigError(
+            f"set 'wal_compression' to auto or none with enable_memtable=true: pylance's "
+            f"native writer writes uncompressed WAL entries and cannot write "
+            f"{config.wal_compression}")
     if config.durable_write and config.max_wal_flush_interval_ms == 0:
         raise ConfigError(
             "'max_wal_flush_interval_ms' must be > 0 with durable_write=true in MemTable mode"

@@ -219,10 +219,10 @@ class Rehomer:
         appender = WalAppender.open(self.table.store, shard, create=False,
                                     max_retries=self.config.max_wal_persist_retries,
                                     retry_base_delay_ms=self.config.wal_persist_retry_base_delay_ms)
-        rows = 0
+        rows, codec = 0, self.config.wal_codec(self.table.store.remote)
         for entry in self._entries(mine):
             appender.append_encoded(encode_wal_buffer(_plain(entry.schema), entry.batches,
-                                                      appender.epoch))
+                                                      appender.epoch, compression=codec))
             rows += entry.num_rows
         appender.sync()
         # Our close: the replay position moves past our entries (no native opener

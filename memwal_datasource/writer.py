@@ -50,6 +50,7 @@ class WalOnlyShardWriter(ShardWriter):
         self._appender = appender
         # What entries carry: the table's Lance field ids and a _tombstone column.
         self._entry_schema = wal_entry_schema(schema, field_ids)
+        self._codec = config.wal_codec(appender.store.remote)
         # Without durable_write a put need not be durable when it returns, so the PUT
         # path skips fsyncs: a sync thread makes landed entries durable behind it
         # (so the disk works while the next entry is encoded and written), and
@@ -301,7 +302,7 @@ class WalOnlyShardWriter(ShardWriter):
             started = time.monotonic()
             try:
                 data = encode_wal_buffer(self._entry_schema, [p.batch for p in take],
-                                         self.epoch)
+                                         self.epoch, compression=self._codec)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting put
                 self._fail(exc)
                 return

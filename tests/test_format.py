@@ -103,3 +103,24 @@ def test_entry_without_epoch_is_corrupt():
         w.write_batch(batch(0, 1))
     with pytest.raises(CorruptEntryError, match="writer_epoch"):
         decode_wal_entry(sink.getvalue().to_pybytes(), "p1")
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_entry_decodes_to_the_same_rows_and_is_smaller(codec):
+    """IPC buffer compression: the same rows, metadata and order, in fewer bytes."""
+    rows = [batch(0, 2000), batch(2000, 500)]
+    plain = encode_wal_buffer(SCHEMA, rows, writer_epoch=5)
+    packed = encode_wal_buffer(SCHEMA, rows, writer_epoch=5, compression=codec)
+    assert packed.size < plain.size / 2  # r0, r1, ... compresses well
+    entry = decode_wal_entry(packed, "t")
+    assert entry.writer_epoch == 5 and entry.num_rows == 2500 and entry.nbytes == packed.size
+    assert pa.Table.from_batches(entry.batches).equals(pa.Table.from_batches(rows))
+    # A compressed entry cut short is caught like a plain one.
+    with pytest.raises(CorruptEntryError, match="position 4"):
+        decode_wal_entry(packed.to_pybytes()[: packed.size - 9], "position 4")
+
+
+def test_a_sentinel_is_never_compressed():
+    """A sentinel has no buffers; it stays byte for byte what pylance writes."""
+    assert (encode_wal_buffer(pa.schema([]), (), 3, fence_sentinel=True, compression="zstd")
+            .to_pybytes() == encode_sentinel(3))

@@ -190,6 +190,29 @@ def test_native_writer_replays_our_wal_only_entries(table):
 
 
 @both
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_native_writer_replays_our_compressed_entries(table, codec):
+    """Entries we write with IPC buffer compression (the default on object stores)
+    are replayed by pylance like plain ones, mixed with plain ones in one shard."""
+    uri, opts, store = table
+    shard = new_shard()
+    for i, setting in enumerate([codec, "none", codec]):
+        cfg = ShardWriterConfig(enable_memtable=False, max_wal_flush_interval_ms=5,
+                                wal_compression=setting)
+        with open_shard_writer(uri, shard, SCHEMA, cfg, opts, store=store) as ours:
+            ours.put(make_batch(i * 1000, 500))
+    manifests = ManifestStore(store, shard)
+    m = manifests.latest()
+    manifests.commit_update(m.writer_epoch, lambda m: setattr(
+        m, "replay_after_wal_entry_position", 0))
+    w = native(uri, opts, shard)
+    expected = [i * 1000 + k for i in range(3) for k in range(500)]
+    assert w.memtable_stats()["row_count"] == 1500
+    assert lsm_ids(w) == expected
+    w.close()
+
+
+@both
 def test_native_replays_our_entries_after_its_own_sstable(table):
     uri, opts, store = table
     shard = new_shard()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from difflib import get_close_matches
 
-from ..config import RANGES, ShardWriterConfig
+from ..config import CHOICES, RANGES, ShardWriterConfig
 from ..errors import ConfigError
 from ..leases import DEFAULT_TTL_S
 from ..options import STORAGE_PREFIX
@@ -63,6 +63,9 @@ _CONFIG_DOCS = {
                        "when the table has a primary key",
     "backpressure_timeout_ms": "a put waiting on a pipeline that makes no progress fails "
                                "after this long (WAL-only mode)",
+    "wal_compression": "Arrow IPC compression of WAL entries (WAL-only mode); 'auto': zstd on "
+                       "object stores, none on local disk (pylance and every IPC reader decode "
+                       "all three)",
 }
 
 
@@ -74,6 +77,8 @@ def _config_rows() -> tuple[Option, ...]:
         if isinstance(value, bool):
             kind = "bool"
             default = "auto" if f.name == "enable_memtable" else str(value).lower()
+        elif f.name in CHOICES:
+            kind, default = "|".join(CHOICES[f.name]), value
         else:
             lo, hi = RANGES[f.name]
             kind, default = f"int {lo}..{hi}", str(value)
