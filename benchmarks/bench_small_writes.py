@@ -3,7 +3,9 @@
 memwal (defaults: kept writers; and with ``keep_writers=false``) vs the plain Lance append a user
 writes (``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also
 made durable by fsyncing what it wrote) vs a no-op Python sink, on local disk and S3
-(SeaweedFS). rows/s, p50/p99 per append, net objects per append, and the store calls
+(SeaweedFS). rows/s, p50/p99 per append, net objects and kilobytes per append (memwal
+compresses its WAL entries on S3 by default, Lance encodes its data files; the data is
+:func:`harness.arrow_rows`, sequential ids and a repeated suffix), and the store calls
 and fsyncs of the same append run in-process (:func:`harness.io_per_append`).
 """
 
@@ -55,9 +57,10 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None) -> dict[str
                    else str(ctx.scratch("small") / "t.lance"))
             append, k = make(uri), n if r >= 0 else 2
             append(0)  # the table, untimed
-            before = h.count_objects(uri, storage)
+            before, size = h.count_objects(uri, storage), h.stored_bytes(uri, storage)
             out = h.concurrent_appends(spark, WRITERS, k, ROWS, append)
             out["objects_per_append"] = (h.count_objects(uri, storage) - before) / (WRITERS * k)
+            out["kb_per_append"] = (h.stored_bytes(uri, storage) - size) / (WRITERS * k) / 1e3
             assert count(uri) in (None, (WRITERS * k + 1) * ROWS), f"{count(uri)} rows visible"
             return out
         return run
@@ -110,7 +113,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]
         rows += [[*r, h.cell(rt[r[1]], "{:.2f}") if r[1] in rt else "1"] for r in h.rows(
             comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                   ("objects_per_append", "{:.2f}")], w)]
+                   ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")], w)]
         targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
                              at_most=True),
@@ -139,4 +142,4 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                        "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
             "cases": cases, "targets": targets, "panels": panels,
             "table": {"columns": ["where", "competitor", "rows/s", "p50 ms", "p99 ms",
-                                  "objects/append", "memwal / it"], "rows": rows}}
+                                  "objects/append", "KB/append", "memwal / it"], "rows": rows}}

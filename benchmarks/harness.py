@@ -120,6 +120,12 @@ def count_objects(uri: str, storage: dict[str, str] | None = None) -> int:
     return sum(1 for _ in open_store(uri, storage or {}).list(""))
 
 
+def stored_bytes(uri: str, storage: dict[str, str] | None = None) -> int:
+    """Bytes of every object under a table (one HEAD per object on an object store)."""
+    store = open_store(uri, storage or {})
+    return sum(store.head(key) or 0 for key in store.list(""))
+
+
 def fsync_tree(root: str | Path) -> None:
     """fsync every file under ``root``, then every directory."""
     walk = list(os.walk(root))

@@ -33,8 +33,9 @@ listing, no read). The rules that keep fencing the guarantee:
   own lease record: any other holder in between (another job, gc, a retry) may
   have claimed the shard, so the kept writer is dropped and the task claims.
   A claim by something that takes no lease is caught by a fence check when the
-  writer is taken (two requests), and by the one every task makes before it
-  reports success, as for any writer.
+  writer is taken (two requests, made while the task leases the shard: on an
+  object store one round trip for both), and by the one every task makes
+  before it reports success, as for any writer.
 * A writer goes back only after a task that **succeeded** made its rows
   durable and re-checked its fence; a task that failed closes it (its entries
   stay uncommitted). Giving it back writes one lease generation (idle, kept),
@@ -155,14 +156,37 @@ class WriterPool:
         self._reaper: threading.Thread | None = None
         self._wake = threading.Event()
 
+    def fence_of(self, key: Hashable, shard: str) -> str | None:
+        """Check the fence of the writer kept for ``key`` on ``shard`` now, without taking
+        it: why it may not be reused (fenced), or ``None`` (unfenced, or none kept).
+
+        A claim that took no lease (a native writer's, say) is seen only here. A
+        task runs this while it leases the shard (one round trip for both on an
+        object store) and hands the answer to :meth:`take`: as of a moment
+        before the task's WAL PUT, as the check in :meth:`take` is, and the
+        check every task makes after its write still guards the rest.
+        """
+        with self._lock:
+            kept = self._kept.get((key, shard))
+        if kept is None:
+            return None
+        try:  # two requests, at once on an object store (ManifestStore.latest_version)
+            kept.writer.check_fence()
+        except Exception as exc:  # noqa: BLE001 - fenced, or closed meanwhile: not reused
+            return str(exc) or type(exc).__name__
+        return None
+
     def take(self, key: Hashable, shard: str, replaced: Lease | None,
-             held: HeldLease, stamp: TableStamp | None = None) -> KeptWriter | None:
+             held: HeldLease, stamp: TableStamp | None = None,
+             fenced: tuple[str | None] | None = None) -> KeptWriter | None:
         """The writer kept for ``key`` on ``shard``, now under ``held``, or ``None``.
 
         ``held`` is the task's new lease on ``shard`` and ``replaced`` the record
         it replaced: the kept writer is taken only if that was its own (nobody held
         the shard in between) and ``stamp``, the table the task's planner read, is
         of the writer's table; otherwise it is dropped and the task claims anew.
+        ``fenced``: :meth:`fence_of`'s answer, made while the task leased the
+        shard (``None``: check the fence here).
         """
         with self._lock:
             kept = self._kept.pop((key, shard), None)
@@ -174,10 +198,13 @@ class WriterPool:
                "the table was replaced at its path" if not kept.same_table(stamp)
                else None)
         if why is None:
-            try:  # a claim that took no lease (a native writer, say): two requests
-                kept.writer.check_fence()
-            except MemWalError as exc:
-                why = str(exc)
+            if fenced is None:  # a claim that took no lease (a native writer, say)
+                try:
+                    kept.writer.check_fence()
+                except MemWalError as exc:
+                    why = str(exc)
+            else:
+                why = fenced[0]
         if why is not None:
             log.info("memwal: not reusing the kept writer of shard %s (%s)", shard, why)
             kept.drop()

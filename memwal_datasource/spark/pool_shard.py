@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from .. import hooks
 from ..leases import HeldLease, Holder, Lease, Leases, NoFreeShard
+from ..store import read_both
 from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
@@ -54,6 +55,7 @@ class PoolShard:
         self.key: tuple | None = None
         self.before: WriterStats | None = None  # a kept writer's stats when we took it
         self.kept = False  # given back to the pool at close
+        self._fenced: tuple[str, str | None] | None = None  # (shard, fence_of's answer)
 
     def open(self, schema: pa.Schema) -> ShardWriter:
         """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
@@ -66,8 +68,11 @@ class PoolShard:
         t1 = time.perf_counter()
         self.lease_s += t1 - t0
         if self.keepable:
+            checked = self._fenced
             kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
-                             self.held, self.opts.table_stamp)
+                             self.held, self.opts.table_stamp,
+                             fenced=(checked[1],) if checked and checked[0] == self.shard
+                             else None)
             if kept is not None:  # the shard any task would take, and our writer holds it
                 self.writer, self.before = kept.writer, kept.writer.stats()
                 self.open_s += time.perf_counter() - t1
@@ -109,9 +114,18 @@ class PoolShard:
         if not self.keepable or self.key is None:
             return False
         record = POOL.kept_record(self.key, home, self.opts.table_stamp)
-        lease = self.leases.take_after(record, self.holder) if record is not None else None
+        if record is None:
+            return False
+        # The kept writer's fence is checked while the shard is leased: on an object
+        # store one round trip for both (the fence check's verdict is as of a moment
+        # before our WAL PUT either way; see WriterPool.fence_of).
+        key = self.key
+        lease, fenced = read_both(self.leases.store,
+                                  lambda: self.leases.take_after(record, self.holder),
+                                  lambda: POOL.fence_of(key, home))
         if lease is None:
             return False
+        self._fenced = (home, fenced)
         self._hold(lease)
         return True
 

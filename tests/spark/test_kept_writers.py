@@ -131,6 +131,37 @@ def test_a_writer_fenced_while_kept_is_not_reused(location):
 
 
 @pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_claim_after_the_kept_writers_fence_check_fails_the_task_and_a_retry_commits_once(
+        location):
+    """Two actors at once: another process claims the shard (taking no lease) after the
+    continuing task checked the kept writer's fence (on an object store while it leased
+    the shard) and before its WAL PUT. The task must fail without a message; the
+    retry claims anew; the failed attempt's rows are never visible."""
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    store = open_store(uri, opts)
+    first = one_job(writer, table, [1])
+    job, claimed = TaskJob.new(), []
+
+    def claim_before_the_put(shard, epoch, position):
+        if (shard, epoch) == (first.shard_id, first.epoch) and not claimed:
+            claimed.append(WalAppender.open(store, shard).epoch)
+
+    remove = hooks.register("append.before", claim_before_the_put)
+    try:
+        with pytest.raises(MemWalError):
+            write_task(writer.opts, table, iter([rows([9])]), job, partition=0, attempt=0)
+    finally:
+        remove()
+    assert claimed and claimed[0] > first.epoch  # the claim came after the fence check
+    retry = write_task(writer.opts, table, iter([rows([2])]), job, partition=0, attempt=1)
+    assert retry.shard_id == first.shard_id and retry.epoch > claimed[0]
+    writer.commit([retry])
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+    assert len(POOL) == 0
+
+
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_a_retry_racing_the_attempt_that_continues_the_kept_writer_commits_once(location):
     """Two actors at once: attempt 0 continues the kept writer and is paused right after
     its WAL entry lands; attempt 1 of the same task claims anew (fencing that writer),
