@@ -166,7 +166,7 @@ class IoTrace:
     """Records every ObjectStore call (outermost only) and every ``os.fsync`` while active."""
 
     OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "head", "exists",
-           "list", "list_dirs", "delete", "delete_many", "modified_ms")
+           "list", "list_after", "list_dirs", "delete", "delete_many", "modified_ms")
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, float]] = []  # (op, key or path, ms)

@@ -140,8 +140,16 @@ class CommitLog(CommitLogReader):
         if kind != APPEND or at_sequence is not None or not group:
             return self._append_alone(rec, txn, at_sequence)
         # Whether intents are stored only picks the path (a PUT alone is exact either way),
-        # so on an object store that listing goes at once with finding the next number.
-        seq, contended = read_both(self.store, self.next_sequence, self._intents.any_pending)
+        # so on an object store that listing goes at once with finding the next number,
+        # or is part of that look's one listing (a store that lists after a key).
+        if self.store.lists_after and self.reads_ahead():
+            self.intents_seen = None
+            seq = self.next_sequence()
+            seen, self.intents_seen = self.intents_seen, None
+            contended = self._intents.any_pending(seen)
+        else:
+            seq, contended = read_both(self.store, self.next_sequence,
+                                       self._intents.any_pending)
         if not contended:  # no contention seen: no intent, one PUT
             result = self._append_alone(rec, txn, seq, once=True)
             if result is not None:

@@ -97,9 +97,11 @@ class Intents:
         except Exception as exc:  # noqa: BLE001 - gc removes stale intents
             log.debug("could not delete commit intent %s: %s", intent.intent_id, exc)
 
-    def any_pending(self) -> bool:
-        """Whether any intent is stored (one LIST)."""
-        return any(k.endswith(".json") for k in self.store.list(INTENTS_DIR + "/"))
+    def any_pending(self, listed: list[str] | None = None) -> bool:
+        """Whether any intent is stored: one LIST, or ``listed`` (keys under
+        ``_intents/`` a listing just showed)."""
+        keys = listed if listed is not None else self.store.list(INTENTS_DIR + "/")
+        return any(k.endswith(".json") for k in keys)
 
     def pending(self, now_ms: int, max_age_s: float) -> list[Intent]:
         """The stored intents young enough to take, oldest first.

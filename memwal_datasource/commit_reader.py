@@ -30,6 +30,7 @@ from .commit_format import (
     CHECKPOINTS_DIR,
     COMMITS_DIR,
     COMMITTED,
+    INTENTS_DIR,
     LAST_CHECKPOINT_KEY,
     Checkpoint,
     CommitRecord,
@@ -92,6 +93,8 @@ class CommitLogReader:
         # Answers a seeded reader's first look read at once (see _read_ahead); each is
         # used once, by the read it stands for, and dropped when that look ends.
         self._ahead: dict[tuple[str, str], Any] = {}
+        # The intents that look's one listing showed (a store that lists after a key).
+        self.intents_seen: list[str] | None = None
         with _FOLDS_LOCK:
             seed = _FOLDS.get(store.uri)
         self._seed = seed  # what we were seeded with: forgotten if it proves stale
@@ -364,8 +367,14 @@ class CommitLogReader:
         finally:
             self._ahead.clear()  # an answer not used now is too old for any later look
 
+    def reads_ahead(self) -> bool:
+        """Whether the next :meth:`next_sequence` makes the first look of :meth:`_read_ahead`."""
+        state = self._state
+        return bool(self._seeded and self.store.remote and not self._ckpt_looked
+                    and state is not None and state.sequence)
+
     def _read_ahead(self) -> None:
-        """A seeded reader's first look on an object store: its three reads at once.
+        """A seeded reader's first look on an object store: its reads at once.
 
         The seed check (GET of the seed's last record ``s``), the checkpoint LIST and
         the probe of ``s + 1`` are independent, and each is used by the code that would
@@ -373,11 +382,16 @@ class CommitLogReader:
         sequential reader could meet, and what they decide is checked again after the
         PUT as always (docs/protocol.md, "Committing at scale"). One round trip
         instead of three.
+
+        A store that lists after a key (S3) answers the LIST and the probe, and the
+        intents' LIST a committer makes beside them, with one listing of the log
+        after ``s``: records sort first, then ``_checkpoints/`` and ``_intents/``
+        (``_`` sorts after every digit). One snapshot stands for three reads that
+        could each have seen the store at any moment of the call.
         """
-        state = self._state
-        if not (self._seeded and self.store.remote and not self._ckpt_looked
-                and state is not None and state.sequence):
+        if not self.reads_ahead():
             return
+        state = self._state
         rec_key, next_key = record_key(state.sequence), record_key(state.sequence + 1)
 
         def get() -> bytes:
@@ -386,9 +400,16 @@ class CommitLogReader:
             except FileNotFoundError:
                 return b""
 
-        got, listed, following = read_all(
-            self.store, get, lambda: list(self.store.list(CHECKPOINTS_DIR + "/")),
-            lambda: self.store.exists(next_key))
+        if self.store.lists_after:
+            got, after = read_all(self.store, get,
+                                  lambda: self.store.list_after(COMMITS_DIR + "/", rec_key))
+            listed = [k for k in after if k.startswith(CHECKPOINTS_DIR + "/")]
+            following = next_key in after
+            self.intents_seen = [k for k in after if k.startswith(INTENTS_DIR + "/")]
+        else:
+            got, listed, following = read_all(
+                self.store, get, lambda: list(self.store.list(CHECKPOINTS_DIR + "/")),
+                lambda: self.store.exists(next_key))
         self._ahead = {("get", rec_key): got, ("list", CHECKPOINTS_DIR + "/"): listed,
                        ("exists", next_key): following}
 

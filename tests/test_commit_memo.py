@@ -222,27 +222,47 @@ class _Remote(DelegatingStore):
         return super().list(prefix)
 
 
-def test_a_warm_commit_on_an_object_store_makes_its_first_look_at_once(any_store):
+class _RemoteListingAfter(_Remote):
+    """:class:`_Remote` that lists after a key in one request, as S3 does."""
+
+    lists_after = True
+
+    def list_after(self, prefix, after):
+        self.on_read("list_after", prefix)
+        return self.inner.list_after(prefix, after)
+
+
+REMOTES = {"four reads": (_Remote, ["get", "head", "list", "list"]),
+           "listing after a key": (_RemoteListingAfter, ["get", "list_after"])}
+
+
+@pytest.mark.parametrize("remote", list(REMOTES))
+def test_a_warm_commit_on_an_object_store_makes_its_first_look_at_once(any_store, remote):
     """The seed check, the checkpoint LIST, the tip probe and the intents LIST of a warm
-    commit are in flight together: each waits here until all four have started (a
-    sequential look would break the barrier and fail the commit)."""
+    commit are in flight together (where the store lists after a key, the last three
+    are one listing): each waits here until all have started (a sequential look would
+    break the barrier and fail the commit)."""
+    kind, reads = REMOTES[remote]
     _fill(any_store, 30, 10)
-    meet, waited = threading.Barrier(4, timeout=10), []
+    meet, waited = threading.Barrier(len(reads), timeout=10), []
 
     def at_once(op, key):
-        if len(waited) < 4:
+        if len(waited) < len(reads):
             waited.append((op, key))
             meet.wait()
 
-    assert CommitLog(_Remote(any_store, at_once)).append(APPEND, _one(31)).record.sequence == 31
-    assert sorted(op for op, _key in waited) == ["get", "head", "list", "list"], waited
+    assert CommitLog(kind(any_store, at_once)).append(APPEND, _one(31)).record.sequence == 31
+    assert sorted(op for op, _key in waited) == reads, waited
     forget_folds()
     assert CommitLog(any_store).visible()[-1].sequence == 31
 
 
-@pytest.mark.parametrize("during", ["get", "head", "list"])
+@pytest.mark.parametrize("remote,during", [("four reads", "get"), ("four reads", "head"),
+                                           ("four reads", "list"),
+                                           ("listing after a key", "get"),
+                                           ("listing after a key", "list_after")])
 def test_a_warm_commit_reading_at_once_while_another_commits_and_a_collector_runs(
-        any_store, during):
+        any_store, remote, during):
     """Another process commits the next record and a collector checkpoints it and deletes
     every record below, just before one of the warm commit's reads at once (the others
     may have seen the log before): the commit lands once, after that record, and the
@@ -251,7 +271,8 @@ def test_a_warm_commit_reading_at_once_while_another_commits_and_a_collector_run
     fired = threading.Event()
 
     def rival_then_collector(op, key):
-        if op == during and not fired.is_set() and (op == "list" or "_memwal_commits/0" in key):
+        if op == during and not fired.is_set() and (op.startswith("list")
+                                                    or "_memwal_commits/0" in key):
             fired.set()
             theirs = CommitLog(any_store, checkpoint_interval=None)
             theirs._seeded, theirs._state, theirs._ckpt = False, None, None  # another process
@@ -259,9 +280,31 @@ def test_a_warm_commit_reading_at_once_while_another_commits_and_a_collector_run
             assert theirs.checkpoint().sequence == 31
             _gc(any_store, 31)
 
-    ours = CommitLog(_Remote(any_store, rival_then_collector)).append(APPEND, _one(32))
+    ours = CommitLog(REMOTES[remote][0](any_store, rival_then_collector)).append(
+        APPEND, _one(32))
     assert fired.is_set() and ours.record.sequence == 32
     forget_folds()
     visible = CommitLog(any_store).visible()
     assert [r.sequence for r in visible][-2:] == [31, 32]
     assert [r.shard_id for r in visible[-2:]] == ["other", "s"]
+
+
+@pytest.mark.parametrize("backend", ["s3"])
+def test_a_warm_commit_on_s3_sends_four_requests(any_store, monkeypatch):
+    """On S3 a warm commit is a GET of its last record beside one listing after it
+    (records, checkpoints and intents: start-after), the PUT, and the verdict's LIST."""
+    _fill(any_store, 30, 10)
+    calls: list[tuple[str, str]] = []
+    cls = type(any_store)
+    for op in ("get", "head", "list", "list_after", "put_if_absent", "put", "delete_many"):
+        def counted(self, key, *args, _real=getattr(cls, op), _op=op, **kw):
+            calls.append((_op, key))
+            return _real(self, key, *args, **kw)
+        monkeypatch.setattr(cls, op, counted)
+    assert CommitLog(any_store).append(APPEND, _one(31)).record.sequence == 31
+    monkeypatch.undo()
+    assert sorted(calls) == [("get", record_key(30)), ("list", "_memwal_commits/_checkpoints/"),
+                             ("list_after", "_memwal_commits/"),
+                             ("put_if_absent", record_key(31))], calls
+    forget_folds()
+    assert [r.sequence for r in CommitLog(any_store).visible()][-2:] == [30, 31]

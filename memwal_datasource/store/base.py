@@ -131,6 +131,17 @@ class ObjectStore(ABC):
         ``.name.tmp``) are never yielded.
         """
 
+    # Whether :meth:`list_after` asks the service to start after a key (S3's
+    # ``start-after``): one request however many keys sort below it.
+    lists_after = False
+
+    def list_after(self, prefix: str, after: str) -> list[str]:
+        """Every key under the directory ``prefix`` sorting after ``after``, in one
+        listing (as :meth:`list`: recursive, no temporary files, a snapshot no older
+        than the call). Here: :meth:`list`, filtered; :attr:`lists_after` stores do
+        it in the request."""
+        return sorted(k for k in self.list(prefix) if k > after)
+
     @abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:
         """Sorted names (no ``/``) of the immediate sub-directories (common prefixes)

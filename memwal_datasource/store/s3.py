@@ -43,6 +43,7 @@ class S3Store(ObjectStore):
     """
 
     remote = True  # every request is a round trip (read_both overlaps two)
+    lists_after = True  # ListObjectsV2 start-after
 
     def __init__(self, bucket: str, prefix: str, options: S3Options):
         self.bucket = bucket
@@ -236,6 +237,25 @@ class S3Store(ObjectStore):
                     yield obj["Key"][strip:]
         except Exception as exc:  # noqa: BLE001
             self._raise(exc, prefix)
+
+    def list_after(self, prefix: str, after: str) -> list[str]:
+        full, offset = self._key(prefix), self._key(after)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        if prefix.endswith("/") and obstore_usable():
+            import obstore  # lazy (module docstring)
+
+            paths = self._obstore_call(prefix, lambda st, path: [
+                meta["path"] for batch in obstore.list(st, path.rstrip("/"), offset=offset)
+                for meta in batch])
+        else:
+            paths = []
+            try:
+                for page in self._client.get_paginator("list_objects_v2").paginate(
+                        Bucket=self.bucket, Prefix=full, StartAfter=offset):
+                    paths += [obj["Key"] for obj in page.get("Contents", [])]
+            except Exception as exc:  # noqa: BLE001
+                self._raise(exc, prefix)
+        return sorted(p[strip:] for p in paths if p.startswith(full) and p > offset)
 
     def list_dirs(self, prefix: str) -> list[str]:
         full = _dir_prefix(self._key(prefix))

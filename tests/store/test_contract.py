@@ -59,6 +59,21 @@ def test_list_and_list_dirs(any_store):
     assert any_store.list_dirs("absent") == []
 
 
+def test_list_after_lists_the_directory_after_a_key_in_one_snapshot(any_store):
+    """As the commit log's first look reads it: records after ``s``, then every key
+    under ``_checkpoints/`` and ``_intents/`` (``_`` sorts after the digits)."""
+    keys = ["c/01.json", "c/02.json", "c/03.json", "c/_checkpoints/02.json",
+            "c/_intents/a.json", "c/_last.json", "d/04.json", "c0/x"]
+    for key in keys:
+        any_store.put_if_absent(key, b"v")
+    assert any_store.list_after("c/", "c/02.json") == [
+        "c/03.json", "c/_checkpoints/02.json", "c/_intents/a.json", "c/_last.json"]
+    assert any_store.list_after("c/", "c/00.json") == sorted(k for k in keys
+                                                           if k.startswith("c/"))
+    assert any_store.list_after("c/", "c/_last.json") == []
+    assert any_store.list_after("absent/", "absent/0") == []
+
+
 def test_concurrent_put_if_absent_has_one_winner(any_store):
     n = 8
     wins: list[int] = []
