@@ -69,6 +69,20 @@ class _Renewer:
                 # GIL to it and back on each task's lease.
                 self._cond.notify()
 
+    def forget(self, held: HeldLease) -> None:
+        """Drop ``held``'s pending renewal (it was released or abandoned).
+
+        A stopped lease would otherwise stay in the heap until its renewal came
+        due, and with it everything it holds (its store, records, locks): in a
+        reused Spark worker one per task, for a TTL/3, every one of them walked by
+        the collection PySpark's daemon runs after each request.
+        """
+        with self._cond:
+            kept = [e for e in self._due if e[2] is not held]
+            if len(kept) != len(self._due):
+                heapq.heapify(kept)
+                self._due = kept
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -145,6 +159,7 @@ class HeldLease:
         self._stop.set()
         with self._busy:
             pass
+        _RENEWER.forget(self)
 
     @property
     def lease(self) -> Lease:

@@ -349,7 +349,7 @@ class WalOnlyShardWriter(ShardWriter):
             self._stats.wal_bytes += res.nbytes
             self._stats.rows_durable += rows
             self._stats.rows_not_durable -= rows
-            self._stats.flushes.append(FlushTiming(
+            self._stats.add_flush(FlushTiming(
                 queue_wait_s=started - take[0].enqueued,
                 put_s=res.put_seconds, total_s=done - take[0].enqueued, rows=rows,
                 nbytes=res.nbytes, position=res.position))

@@ -33,9 +33,18 @@ class FlushTiming:
     position: int
 
 
+# A writer remembers the timings of this many of its latest WAL flushes (a writer kept
+# between tasks may live for thousands of them).
+MAX_FLUSH_TIMINGS = 1024
+
+
 @dataclass
 class WriterStats:
-    """What a writer has done; also what a Spark task reports in its commit message."""
+    """What a writer has done; also what a Spark task reports in its commit message.
+
+    ``flushes`` holds the timings of the latest flushes, at least the last
+    :data:`MAX_FLUSH_TIMINGS` of them.
+    """
 
     shard_id: str
     epoch: int
@@ -54,6 +63,12 @@ class WriterStats:
     sstables: list[str] = field(default_factory=list)
     flushes: list[FlushTiming] = field(default_factory=list)
     memtable: dict | None = None
+
+    def add_flush(self, timing: FlushTiming) -> None:
+        """Record one flush, forgetting the oldest beyond twice :data:`MAX_FLUSH_TIMINGS`."""
+        self.flushes.append(timing)
+        if len(self.flushes) > 2 * MAX_FLUSH_TIMINGS:
+            del self.flushes[:MAX_FLUSH_TIMINGS]
 
     def copy(self) -> WriterStats:
         """An independent snapshot."""

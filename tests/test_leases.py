@@ -427,6 +427,25 @@ def test_renewal_thread_keeps_the_lease_past_its_ttl(mem, clock):
     assert leases.try_acquire(shard, job("B")) is not None  # ... so others get it at once
 
 
+def test_a_released_or_abandoned_lease_leaves_no_renewal_behind(mem, clock):
+    """A released (or abandoned) lease's pending renewal goes at once: in a reused Spark
+    worker one lease per task would otherwise stay for a TTL/3 with all it holds, for
+    the daemon's collection after every request to walk."""
+    import weakref
+
+    from memwal_datasource.lease_holding import _RENEWER
+
+    leases = leases_on(mem, clock)
+    gone = []
+    for i in range(20):
+        held = leases.hold(leases.try_acquire(new_shard(), job(f"T{i}")), renew_every_s=600)
+        gone.append(weakref.ref(held))
+        held.release() if i % 2 else held.abandon()
+        del held
+    assert not any(entry[2] is ref() for entry in _RENEWER._due for ref in gone)
+    assert all(ref() is None for ref in gone)  # nothing keeps them alive
+
+
 def test_paused_holder_loses_the_lease_and_check_raises(mem, clock):
     leases = leases_on(mem, clock)
     shard = new_shard()

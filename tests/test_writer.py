@@ -765,3 +765,17 @@ def test_wal_entries_are_compressed_as_set_and_read_back(location, backend, sett
         else:
             assert len(stored) == plain.size
         assert entry.num_rows == 3000
+
+
+def test_a_long_lived_writer_remembers_only_its_latest_flush_timings():
+    """A writer kept between tasks may flush thousands of times: its stats keep at most
+    twice MAX_FLUSH_TIMINGS timings, the newest."""
+    from memwal_datasource.writer_base import MAX_FLUSH_TIMINGS, FlushTiming, WriterStats
+
+    stats = WriterStats("s", 1, "wal_only")
+    for i in range(5 * MAX_FLUSH_TIMINGS):
+        stats.add_flush(FlushTiming(0.0, 0.0, 0.0, rows=1, nbytes=1, position=i + 1))
+    assert MAX_FLUSH_TIMINGS <= len(stats.flushes) <= 2 * MAX_FLUSH_TIMINGS
+    assert stats.flushes[-1].position == 5 * MAX_FLUSH_TIMINGS
+    positions = [f.position for f in stats.flushes]
+    assert positions == list(range(positions[0], positions[-1] + 1))
