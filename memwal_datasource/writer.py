@@ -315,6 +315,11 @@ class WalOnlyShardWriter(ShardWriter):
                 self._inflight = fut
                 fut.add_done_callback(
                     lambda f, t=take, n=size, st=started: self._landed(f, t, n, st))
+            # This thread now waits, perhaps long (a writer kept between tasks): its frame
+            # must not hold the entry's rows and bytes (nor the future whose callback
+            # does) until the next entry. In a Spark worker they were one task's rows
+            # kept per writer, and objects for the daemon's collection to walk.
+            take = item = data = fut = previous = None  # noqa: F841
 
     def _fail(self, exc: BaseException) -> None:
         with self._cond:

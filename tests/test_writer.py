@@ -779,3 +779,25 @@ def test_a_long_lived_writer_remembers_only_its_latest_flush_timings():
     assert stats.flushes[-1].position == 5 * MAX_FLUSH_TIMINGS
     positions = [f.position for f in stats.flushes]
     assert positions == list(range(positions[0], positions[-1] + 1))
+
+
+def test_an_open_writer_keeps_no_rows_it_made_durable(tmp_path):
+    """A writer kept open between tasks holds none of the rows it already wrote (nor the
+    encoded entry): its threads wait without them."""
+    import gc
+    import weakref
+
+    uri = str(tmp_path / "t.lance")
+    store = open_store(uri)
+    w = open_shard_writer(uri, new_shard(), SCHEMA, wal_only(), store=store)
+    try:
+        batch = make_batch(0, 5000)
+        gone = weakref.ref(batch)
+        w.put(batch)
+        w.flush()
+        del batch
+        gc.collect()
+        assert gone() is None
+        assert w.stats().rows_durable == 5000
+    finally:
+        w.close()
