@@ -111,7 +111,7 @@ def test_compressed_entry_decodes_to_the_same_rows_and_is_smaller(codec):
     rows = [batch(0, 2000), batch(2000, 500)]
     plain = encode_wal_buffer(SCHEMA, rows, writer_epoch=5)
     packed = encode_wal_buffer(SCHEMA, rows, writer_epoch=5, compression=codec)
-    assert packed.size < plain.size / 2  # r0, r1, ... compresses well
+    assert packed.size < 0.8 * plain.size  # sequential ids and "rN" strings shrink
     entry = decode_wal_entry(packed, "t")
     assert entry.writer_epoch == 5 and entry.num_rows == 2500 and entry.nbytes == packed.size
     assert pa.Table.from_batches(entry.batches).equals(pa.Table.from_batches(rows))
