@@ -35,7 +35,7 @@ from .errors import without_native_locations
 from .format import FieldId
 from .options import lance_storage_options
 from .sharding import Sharding, spec_of
-from .store import ObjectStore, open_store
+from .store import ObjectStore, open_store, read_both
 from .table import field_ids, open_table, primary_key_of
 
 log = logging.getLogger("memwal_datasource")
@@ -51,6 +51,9 @@ _CACHE_SIZE = 64
 
 _cache: dict[tuple[str, int, str | None], TableInfo] = {}
 _lock = threading.Lock()
+# uri: the latest manifest this process last listed there, ``(version, key)``: a warm
+# planner reads its tag beside the listing (see _latest_and_tag).
+_latest_seen: dict[str, tuple[int, str]] = {}
 
 
 def manifest_version(key: str) -> int | None:
@@ -281,11 +284,10 @@ def describe_table(uri: str, storage: Mapping[str, str] | None = None, *,
     its description for later planners.
     """
     store = store or open_store(uri, storage)
-    latest = latest_manifest(store)
+    latest, tag = _latest_and_tag(uri, store)
     if latest is None:
         return None
     version, key = latest
-    tag = store.version_tag(key)
     cache_key = (uri, version, tag)
     with _lock:
         info = _cache.get(cache_key)
@@ -301,6 +303,38 @@ def describe_table(uri: str, storage: Mapping[str, str] | None = None, *,
             keep(store, info)
     remember_info(uri, info)
     return info
+
+
+def _latest_and_tag(uri: str, store: ObjectStore) -> tuple[tuple[int, str] | None, str | None]:
+    """The latest manifest (:func:`latest_manifest`) and its version tag.
+
+    A planner that listed this table before reads the tag of the manifest that was
+    latest then beside the listing (:func:`~memwal_datasource.store.read_both`: one
+    round trip on an object store, not two): appends through MemWAL make no Lance
+    version, so it is usually still the latest. Otherwise the new latest one's tag is
+    read after the listing. Either read may see the store first; both read immutable
+    objects (a version's manifest is never rewritten, only removed, or made anew with
+    a table at the same path, which the tag tells apart), so the answer is a version
+    and tag that were both there, as the reads one after the other give.
+    """
+    with _lock:
+        guess = _latest_seen.get(uri)
+    if guess is None:
+        latest = latest_manifest(store)
+        tag = store.version_tag(latest[1]) if latest is not None else None
+    else:
+        latest, tag = read_both(store, lambda: latest_manifest(store),
+                                lambda: store.version_tag(guess[1]))
+        if latest is not None and latest != guess:
+            tag = store.version_tag(latest[1])
+    with _lock:
+        if latest is None:
+            _latest_seen.pop(uri, None)
+        else:
+            if len(_latest_seen) >= _CACHE_SIZE and uri not in _latest_seen:
+                _latest_seen.pop(next(iter(_latest_seen)))
+            _latest_seen[uri] = latest
+    return latest, tag
 
 
 def remember_info(uri: str, info: TableInfo) -> None:

@@ -115,6 +115,8 @@ class RequestRecord:
     forwarded: bool = False  # the whole request reached the server
     upstream_status: int | None = None  # what the server answered
     status: int | None = None  # what the client got (``None``: connection closed instead)
+    started: float = 0.0  # time.monotonic() when its head was read
+    finished: float | None = None  # ... when its reply was relayed (None: not relayed)
 
     def header(self, name: str) -> str | None:
         """The last value of header ``name`` (case-insensitive), or ``None``."""
@@ -211,6 +213,21 @@ class FaultProxy:
                 and (key_pattern is None or re.search(key_pattern, r.path))
                 and (forwarded is None or r.forwarded == forwarded)]
 
+    def round_trips(self) -> int:
+        """Round trips in the requests recorded so far: the groups of requests that were
+        in flight together (one that starts after every earlier one finished opens a
+        new group). Requests without a relayed reply are left out."""
+        with self._lock:
+            spans = sorted((r.started, r.finished) for r in self._log if r.finished is not None)
+        trips, end = 0, None
+        for start, finish in spans:
+            if end is None or start >= end:
+                trips += 1
+                end = finish
+            else:
+                end = max(end, finish)
+        return trips
+
     def clear_records(self) -> None:
         """Forget the requests seen so far."""
         with self._lock:
@@ -224,6 +241,7 @@ class FaultProxy:
             self._conn_seq += 1
             conn_id = self._conn_seq
         conn.settimeout(self.timeout)
+        _no_delay(conn)
         rfile = conn.makefile("rb")
         try:
             while (head := _read_head(rfile)) is not None:
@@ -244,7 +262,8 @@ class FaultProxy:
         hdr = {k.lower(): v for k, v in headers}
         conditional = (hdr.get("if-none-match", "").strip() == "*"
                        or hdr.get("x-goog-if-generation-match", "").strip() == "0")
-        rec = RequestRecord(method, unquote(url.path), url.query, conditional, headers, conn_id)
+        rec = RequestRecord(method, unquote(url.path), url.query, conditional, headers, conn_id,
+                            started=time.monotonic())
         with self._lock:
             rule = next((r for r in self._rules if r._matches(rec)), None)
             if rule is not None:
@@ -272,6 +291,7 @@ class FaultProxy:
                 return False  # stopped while held: forward nothing
         with socket.create_connection(self.upstream, timeout=self.timeout) as up, \
                 up.makefile("rb") as ufile:
+            _no_delay(up)
             up.sendall(head)
             resp = _await_continue(up, ufile) if expect else None
             if resp is not None and _status(resp) == 100:
@@ -308,7 +328,15 @@ class FaultProxy:
                 rec.status = status  # recorded before the client can see it
                 conn.sendall(resp)
                 keep = (not has_body or _copy_body(ufile, conn.sendall, rhdr, True)) and keep
+                rec.finished = time.monotonic()
             return keep
+
+
+def _no_delay(sock: socket.socket) -> None:
+    """Send each write at once: a head and its body go in separate writes, and Nagle's
+    algorithm would hold the second until the first is acknowledged (a delayed ACK: ~40
+    ms per message, which would make every relayed request look slow)."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _read_head(rfile: BinaryIO) -> bytes | None:

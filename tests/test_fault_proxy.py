@@ -366,3 +366,19 @@ def test_pylance_own_retry_of_a_dropped_manifest_put_sees_412(fault_proxy, proxi
     manifest_puts = fault_proxy.records(method="PUT", key_pattern=r"\.manifest$")
     assert [(p.fault, p.upstream_status, p.status) for p in manifest_puts] == \
         [("drop_response", 200, None), (None, 412, 412)]
+
+
+def test_round_trips_count_requests_in_flight_together_once(fault_proxy, one_shot, key):
+    rule = fault_proxy.add_rule(FaultRule(method="PUT", key_pattern=r"/wal/", fault="hold"))
+    thread, done, out = _in_thread(
+        lambda: one_shot.put_object(Bucket=BUCKET, Key=key, Body=b"x", IfNoneMatch="*"))
+    assert rule.arrived.wait(WAIT_S)
+    assert not _exists(one_shot, key)  # starts and ends while the PUT is in flight
+    rule.release()
+    assert done.wait(WAIT_S) and "error" not in out, out
+    thread.join(WAIT_S)
+    assert fault_proxy.round_trips() == 1
+    assert _exists(one_shot, key)  # after both: a round trip of its own
+    assert len(fault_proxy.records()) == 3 and fault_proxy.round_trips() == 2
+    fault_proxy.clear_records()
+    assert fault_proxy.round_trips() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import shutil
+import threading
 
 import pyarrow as pa
 import pytest
@@ -31,11 +32,11 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()),
 
 @pytest.fixture(autouse=True)
 def _no_process_cache():
-    table_info._cache.clear()
-    table_info._schemas.clear()
+    for kept in (table_info._cache, table_info._schemas, table_info._latest_seen):
+        kept.clear()
     yield
-    table_info._cache.clear()
-    table_info._schemas.clear()
+    for kept in (table_info._cache, table_info._schemas, table_info._latest_seen):
+        kept.clear()
 
 
 def test_manifest_names_as_pylance_14_writes_them():
@@ -133,3 +134,78 @@ def test_a_described_sharding_opens_the_table_only_to_route_rows(tmp_path):
     assert shipped.lance_schema is None  # a pickled copy carries no pylance object
     assert shipped.values(batch).equals(expected.values(batch))
     assert ds.version == sharding.version
+
+
+def _one_row(version: int) -> pa.Table:
+    return pa.Table.from_pylist([{"id": version, "v": "x", "s": {"a": 1}}], schema=SCHEMA)
+
+
+def test_a_warm_planner_lists_and_reads_the_tag_in_one_round_trip(fault_proxy,
+                                                                   proxied_s3_table):
+    uri, storage = proxied_s3_table
+    ds = create_table(uri, SCHEMA, ("id",), storage, None)
+    describe_table(uri, storage)  # a cold planner: the listing, then the tag
+    fault_proxy.clear_records()
+    info = describe_table(uri, storage)
+    assert info.version == ds.version
+    assert sorted(r.method for r in fault_proxy.records()) == ["GET", "HEAD"]  # LIST, HEAD
+    assert fault_proxy.round_trips() == 1
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_warm_planner_describes_a_version_made_since_with_its_own_tag(location):
+    import lance
+
+    uri, storage = location
+    ds = create_table(uri, SCHEMA, ("id",), storage, None)
+    assert describe_table(uri, storage).version == ds.version
+    newer = lance.write_dataset(_one_row(1), uri, mode="append", storage_options=storage)
+    store = open_store(uri, storage)
+    info = describe_table(uri, storage)
+    assert info.version == newer.version == ds.version + 1
+    assert info.manifest_tag == store.version_tag(latest_manifest(store)[1])
+
+
+def test_a_lance_commit_between_a_warm_planners_two_reads_is_described(
+        fault_proxy, proxied_s3_table, s3_server):
+    """Two actors: the planner's listing is held while its tag read of the version it
+    knew completes and a Lance append lands a newer version; the listing then finds
+    the newer one, whose own tag is read."""
+    import lance
+
+    uri, storage = proxied_s3_table
+    direct = s3_server.storage_options()
+    ds = create_table(uri, SCHEMA, ("id",), direct, None)
+    describe_table(uri, storage)
+    fault_proxy.clear_records()
+    bucket = "/" + uri.split("/")[2]
+    held = fault_proxy.add_rule(method="GET", key_pattern=f"^{bucket}$", fault="hold", times=1)
+    got: dict = {}
+    planner = threading.Thread(target=lambda: got.setdefault("info", describe_table(uri, storage)))
+    planner.start()
+    assert held.arrived.wait(20)
+    newer = lance.write_dataset(_one_row(1), uri, mode="append", storage_options=direct)
+    held.release()
+    planner.join(60)
+    info = got["info"]
+    assert info.version == newer.version == ds.version + 1
+    store = open_store(uri, direct)
+    assert info.manifest_tag == store.version_tag(latest_manifest(store)[1])
+    heads = [r.path.rsplit("/", 1)[1] for r in fault_proxy.records() if r.method == "HEAD"]
+    assert heads[:2] == [f"{18446744073709551615 - v:020d}.manifest"  # the known, the new
+                         for v in (ds.version, newer.version)]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_warm_planner_tells_a_table_made_anew_at_its_path(location):
+    uri, storage = location
+    create_table(uri, SCHEMA, ("id",), storage, None)
+    old = describe_table(uri, storage)  # warm: the next look reads this manifest's tag
+    store = open_store(uri, storage)
+    for key in list(store.list("")):
+        store.delete(key)
+    other = pa.schema([("key", pa.string()), ("n", pa.float64())])
+    create_table(uri, other, ("key",), storage, None)
+    new = describe_table(uri, storage)
+    assert new.version == old.version and new.manifest_tag != old.manifest_tag
+    assert new.schema.names == ["key", "n"]

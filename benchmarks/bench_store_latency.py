@@ -1,0 +1,111 @@
+"""One writer's small appends on an object store whose every request takes a round trip.
+
+On the local S3 server a request costs well under a millisecond, so the other
+benchmarks see CPU, not round trips. A cloud object store answers in 10-30 ms,
+and then an append's latency is its round trips. Here every request goes through
+``tests/fault_proxy.py`` with a fixed delay (0, 10 and 25 ms), one sequential
+writer appends 5,000 rows at a time in-process (no Spark: the code a Spark append
+runs, :func:`harness.inproc_append`, with default options) vs the plain Lance
+append of the same rows (``lance.write_dataset(..., mode="append")``), alternated
+append by append. Reported: p50/p99 per append, requests and sequential round
+trips per append (requests in flight together count once), and the ratio of the
+p50s per delay. The same proxy carries both competitors.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import harness as h
+
+NAME = "store_latency"
+ROWS, BUCKET = 5_000, "memwal-latency"
+MEMWAL, LANCE = "memwal (defaults, in-process)", "Lance append (write_dataset)"
+
+
+def _append(proxy, fn) -> dict[str, float]:
+    proxy.clear_records()
+    t = time.perf_counter()
+    fn()
+    ms = (time.perf_counter() - t) * 1e3
+    return {"ms": ms, "requests": len(proxy.records()), "round_trips": proxy.round_trips()}
+
+
+def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
+    import lance
+
+    from tests.fault_proxy import FaultProxy
+
+    with FaultProxy(server.endpoint) as proxy:
+        if delay_ms:
+            proxy.add_rule(fault="delay", delay_s=delay_ms / 1e3)
+        storage = {**server.storage_options(), "aws_endpoint": proxy.endpoint}
+        root = f"s3://{BUCKET}/d{delay_ms}-{time.monotonic_ns()}"
+        uris = {MEMWAL: f"{root}/memwal/t.lance", LANCE: f"{root}/lance/t.lance"}
+
+        def memwal(start: int) -> None:
+            h.inproc_append(uris[MEMWAL], h.arrow_rows(start, ROWS), storage)
+
+        def lance_append(start: int) -> None:
+            lance.write_dataset(h.arrow_rows(start, ROWS), uris[LANCE], mode="append",
+                                storage_options=storage)
+
+        comps = {MEMWAL: memwal, LANCE: lance_append}
+
+        def rounds(r: int) -> dict[str, dict[str, Any]]:
+            samples: dict[str, list[dict[str, float]]] = {k: [] for k in comps}
+            order = list(comps)[r % 2:] + list(comps)[:r % 2]
+            for i in range(n):
+                for name in order:
+                    samples[name].append(_append(proxy, lambda f=comps[name], i=i: f(
+                        (2 + r * n + i) * ROWS)))
+            return {name: {"p50_ms": h.pct([s["ms"] for s in ss], 50),
+                           "p99_ms": h.pct([s["ms"] for s in ss], 99),
+                           "requests_per_append": sum(s["requests"] for s in ss) / n,
+                           "round_trips_per_append": sum(s["round_trips"] for s in ss) / n}
+                    for name, ss in samples.items()}
+
+        for fn in comps.values():  # the table and a warm writer, untimed
+            fn(0)
+            fn(ROWS)
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in comps}
+        for r in range(ctx.repeats):
+            for name, res in rounds(r).items():
+                runs[name].append(res)
+        assert h.committed_rows(uris[MEMWAL], storage) == (2 + ctx.repeats * n) * ROWS
+        ctx.log(f"  delay {delay_ms} ms: " + ", ".join(
+            f"{k}: p50 {h.cell(h.summarize([x['p50_ms'] for x in v]), '{:.0f}')} ms"
+            for k, v in runs.items()))
+    return {"delay_ms": delay_ms, "competitors": h.stats(runs),
+            "p50": h.ratios(runs, MEMWAL, "p50_ms", [LANCE]),
+            "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE])}
+
+
+def run(ctx: h.Ctx) -> dict[str, Any]:
+    n = ctx.pick(5, 30)
+    cases: list[dict[str, Any]] = []
+    with h.s3_bucket(ctx, BUCKET) as (server, skipped):
+        if server is None:
+            raise RuntimeError(skipped)
+        for delay in (0, 10, 25):
+            cases.append(_delay_case(ctx, server, delay, n))
+    rows, targets, panels = [], [], []
+    for c in cases:
+        w, comp = f"{c['delay_ms']} ms per request", c["competitors"]
+        rows += h.rows(comp, [("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
+                              ("requests_per_append", "{:.1f}"),
+                              ("round_trips_per_append", "{:.1f}")], w)
+        targets += [h.target(f"{w}: memwal / Lance append p50 per append", c["p50"][LANCE],
+                             1.0, at_most=True),
+                    h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE]),
+                    *(h.target(f"{w}: {name} sequential round trips per append",
+                               comp[name]["round_trips_per_append"]) for name in comp)]
+        panels.append(h.panel(f"{w}: p50 per append", comp, "p50_ms", "ms"))
+    return {"title": f"One writer, {n} x {ROWS:,}-row appends per repeat through a proxy "
+                     "that delays every request: memwal vs the plain Lance append",
+            "config": {"rows_per_append": ROWS, "appends_per_repeat": n,
+                       "delays_ms": [c["delay_ms"] for c in cases]},
+            "cases": cases, "targets": targets, "panels": panels,
+            "table": {"columns": ["delay", "competitor", "p50 ms", "p99 ms", "requests/append",
+                                  "round trips/append"], "rows": rows}}
