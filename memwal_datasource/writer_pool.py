@@ -163,30 +163,24 @@ class WriterPool:
         A claim that took no lease (a native writer's, say) is seen only here. A
         task runs this while it leases the shard (one round trip for both on an
         object store) and hands the answer to :meth:`take`: as of a moment
-        before the task's WAL PUT, as the check in :meth:`take` is, and the
-        check every task makes after its write still guards the rest.
+        before the task's WAL PUT, and the check every task makes after its
+        write still guards the rest.
         """
         with self._lock:
             kept = self._kept.get((key, shard))
-        if kept is None:
-            return None
-        try:  # two requests, at once on an object store (ManifestStore.latest_version)
-            kept.writer.check_fence()
-        except Exception as exc:  # noqa: BLE001 - fenced, or closed meanwhile: not reused
-            return str(exc) or type(exc).__name__
-        return None
+        return None if kept is None else _fenced(kept)
 
     def take(self, key: Hashable, shard: str, replaced: Lease | None,
-             held: HeldLease, stamp: TableStamp | None = None,
-             fenced: tuple[str | None] | None = None) -> KeptWriter | None:
+             held: HeldLease, stamp: TableStamp | None = None, *,
+             checked: bool = False, fenced: str | None = None) -> KeptWriter | None:
         """The writer kept for ``key`` on ``shard``, now under ``held``, or ``None``.
 
         ``held`` is the task's new lease on ``shard`` and ``replaced`` the record
         it replaced: the kept writer is taken only if that was its own (nobody held
         the shard in between) and ``stamp``, the table the task's planner read, is
         of the writer's table; otherwise it is dropped and the task claims anew.
-        ``fenced``: :meth:`fence_of`'s answer, made while the task leased the
-        shard (``None``: check the fence here).
+        With ``checked``, ``fenced`` is :meth:`fence_of`'s answer, made while the
+        task leased the shard; without, the fence is checked here.
         """
         with self._lock:
             kept = self._kept.pop((key, shard), None)
@@ -196,15 +190,7 @@ class WriterPool:
         why = ("another holder came between" if not ours else
                "past its age" if time.monotonic() - kept.opened >= self.max_age_s else
                "the table was replaced at its path" if not kept.same_table(stamp)
-               else None)
-        if why is None:
-            if fenced is None:  # a claim that took no lease (a native writer, say)
-                try:
-                    kept.writer.check_fence()
-                except MemWalError as exc:
-                    why = str(exc)
-            else:
-                why = fenced[0]
+               else fenced if checked else _fenced(kept))
         if why is not None:
             log.info("memwal: not reusing the kept writer of shard %s (%s)", shard, why)
             kept.drop()
@@ -284,6 +270,17 @@ class WriterPool:
     def __len__(self) -> int:
         with self._lock:
             return len(self._kept)
+
+
+def _fenced(kept: KeptWriter) -> str | None:
+    """Why ``kept`` may not be reused: fenced (a claim that took no lease, a native
+    writer's say), or closed meanwhile; ``None`` if its fence holds. Two requests, at
+    once on an object store (``ManifestStore.latest_version``)."""
+    try:
+        kept.writer.check_fence()
+    except Exception as exc:  # noqa: BLE001 - any failure: not reused, the task claims anew
+        return str(exc) or type(exc).__name__
+    return None
 
 
 POOL = WriterPool()  # this process's kept writers

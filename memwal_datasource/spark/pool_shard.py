@@ -68,11 +68,10 @@ class PoolShard:
         t1 = time.perf_counter()
         self.lease_s += t1 - t0
         if self.keepable:
-            checked = self._fenced
+            checked = self._fenced is not None and self._fenced[0] == self.shard
             kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
-                             self.held, self.opts.table_stamp,
-                             fenced=(checked[1],) if checked and checked[0] == self.shard
-                             else None)
+                             self.held, self.opts.table_stamp, checked=checked,
+                             fenced=self._fenced[1] if checked else None)
             if kept is not None:  # the shard any task would take, and our writer holds it
                 self.writer, self.before = kept.writer, kept.writer.stats()
                 self.open_s += time.perf_counter() - t1
