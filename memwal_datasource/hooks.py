@@ -15,6 +15,9 @@ Points (keyword arguments passed to hooks):
 * ``open.sentinel`` (shard, epoch, position): the fence sentinel landed.
 * ``append.before`` / ``append.after`` (shard, epoch, position): around a WAL PUT.
 * ``writer.closed`` (shard, epoch): a writer flushed everything at close.
+* ``lease.proving`` (shard, generation, job_id, partition): an acquisition's put landed
+  and its listing (the proof it holds the shard) starts; a task continuing a kept writer
+  on an object store lists while it writes.
 * ``native.advanced`` (shard, epoch, position): MemTable mode fenced a shard and moved
   its replay position to ``position``; pylance's writer opens next.
 * ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.

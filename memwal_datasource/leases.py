@@ -163,12 +163,14 @@ class Leases:
 
     # -- writing ---------------------------------------------------------------
 
-    def _write(self, lease: Lease, kind: str, after: Lease | None = None) -> bool:
+    def _write(self, lease: Lease, kind: str, after: Lease | None = None,
+               prove: bool = True) -> bool:
         """Put ``lease`` at its generation.
 
         Returns ``True`` only if it landed and is still the highest (an
         acquisition ``after`` a record read no listing first: only if that
-        record's generation is still there too)."""
+        record's generation is still there too; without ``prove``, an acquisition's
+        listing is the caller's: :meth:`prove_taken`)."""
         hooks.point("lease.before_put", shard=lease.shard, generation=lease.generation,
                     kind=kind, job_id=lease.holder.job_id, partition=lease.holder.partition)
         key = self._key(lease.shard, lease.generation)
@@ -182,25 +184,34 @@ class Leases:
                             superseded_if_gone=True):
             return False
         if kind == "acquire":
-            # Acquiring follows a listing, which may be stale: list again, so a writer
-            # that filled a freed generation below the current one never thinks it won.
-            gens = self._generations(lease.shard)
-            if (gens and gens[-1] > lease.generation) or (
-                    after is not None and after.generation not in gens):
-                self._delete(lease.shard, [lease.generation])  # our stray record
-                return False
-            # Generations KEEP_GENERATIONS and more below ours go, in one request, once
-            # there are PRUNE_AT of them.
-            stale = [g for g in gens if g <= lease.generation - KEEP_GENERATIONS]
-            if len(stale) >= PRUNE_AT:
-                self._delete(lease.shard, stale)
-            return True
+            return self._still_highest(lease, after) if prove else True
         # A holder renewing or releasing its own lease writes the next generation unread
         # (see _extend); in the rare freed slot it holds nothing, and its next renewal
         # reads the current lease (LeaseLost). Releases leave older generations to the next
         # acquisition's listing; a long-held lease's renewals each delete one.
         if kind == "renew" and lease.generation > KEEP_GENERATIONS:
             self._delete(lease.shard, [lease.generation - KEEP_GENERATIONS])
+        return True
+
+    def _still_highest(self, lease: Lease, after: Lease | None = None) -> bool:
+        """An acquisition's proof, after its put landed: ``lease`` is the highest
+        generation (and ``after``'s is still there). A lost one's record is deleted.
+
+        Acquiring follows a listing, which may be stale: list again, so a writer that
+        filled a freed generation below the current one never thinks it won.
+        """
+        hooks.point("lease.proving", shard=lease.shard, generation=lease.generation,
+                    job_id=lease.holder.job_id, partition=lease.holder.partition)
+        gens = self._generations(lease.shard)
+        if (gens and gens[-1] > lease.generation) or (
+                after is not None and after.generation not in gens):
+            self._delete(lease.shard, [lease.generation])  # our stray record
+            return False
+        # Generations KEEP_GENERATIONS and more below ours go, in one request, once
+        # there are PRUNE_AT of them.
+        stale = [g for g in gens if g <= lease.generation - KEEP_GENERATIONS]
+        if len(stale) >= PRUNE_AT:
+            self._delete(lease.shard, stale)
         return True
 
     def _delete(self, shard: str, generations: Iterable[int]) -> None:
@@ -252,7 +263,8 @@ class Leases:
                     job_id=new.holder.job_id, partition=new.holder.partition)
         return new
 
-    def take_after(self, record: Lease, holder: Holder) -> Lease | None:
+    def take_after(self, record: Lease, holder: Holder, *, prove_later: bool = False
+                   ) -> Lease | None:
         """Take ``record``'s shard, believing ``record`` (one this process wrote: a kept
         writer's idle lease) is still its current record; ``None`` (nothing held) if not.
 
@@ -261,14 +273,23 @@ class Leases:
         and ``record``'s is still there. A generation is deleted only once one
         three above it exists, and the highest never, so nothing came between.
         (A table made anew at the path breaks that: the caller checks the table.)
+
+        With ``prove_later`` only the put is made here: the lease is held only once
+        :meth:`prove_taken` says so (the caller lists while it does other work, and
+        must not report success before; correctness never rests on a lease).
         """
         now = self._now_ms()
         if self._verdict(record, holder, now) != "free":
             return None
         new = self._new_lease(record.shard, record.generation + 1, holder, now)
-        if not self._write(new, "acquire", after=record):
+        if not self._write(new, "acquire", after=record, prove=not prove_later):
             return None
         return self._acquired(new, record)
+
+    def prove_taken(self, lease: Lease, record: Lease) -> bool:
+        """The listing :meth:`take_after` deferred: ``True`` if ``lease``, put right
+        after ``record``, holds the shard; else its record is deleted."""
+        return self._still_highest(lease, record)
 
     def try_acquire(self, shard: str, holder: Holder) -> Lease | None:
         """Take the shard's lease now, or return ``None`` if another live holder has it.

@@ -21,7 +21,9 @@ the task's lease replaced this process's kept writer's own lease record,
 nobody held the shard in between, and the task takes that writer instead of
 claiming anew. A task of this process takes the shard straight after that
 record (:meth:`WriterPool.kept_record`, ``Leases.take_after``: one put and a
-listing, no read). The rules that keep fencing the guarantee:
+listing, no read; on an object store the listing runs beside the task's WAL
+write and proves the lease before the task reports success). The rules that
+keep fencing the guarantee:
 
 * Only a task's **first attempt** may take a kept writer. A retried or
   speculative attempt opens a new one: its claim fences every older writer of
@@ -39,7 +41,8 @@ listing, no read). The rules that keep fencing the guarantee:
 * A writer goes back only after a task that **succeeded** made its rows
   durable and re-checked its fence; a task that failed closes it (its entries
   stay uncommitted). Giving it back writes one lease generation (idle, kept),
-  as a release would.
+  as a release would, beside that fence check (:meth:`WriterPool.label_idle`):
+  a writer whose check failed is not given back.
 * A writer is taken only by a task of the same table: the one its planner
   read (a Lance version and its manifest's modification time,
   :class:`~memwal_datasource.table_info.TableStamp`), or a later version of it
@@ -227,14 +230,25 @@ class WriterPool:
             kept.drop()
         return len(dropped)
 
-    def give(self, key: Hashable, kept: KeptWriter) -> None:
-        """Keep ``kept`` (its rows durable, its fence checked) for the next task: its
-        lease now says idle, so any task, of any job, may take the shard."""
-        kept.last_used = time.monotonic()
+    @staticmethod
+    def label_idle(kept: KeptWriter) -> str | None:
+        """Write ``kept``'s lease record as idle (any task, of any job, may take the
+        shard); why not, if its lease was lost meanwhile."""
         try:
             kept.held.relabel(kept_holder(kept.held.lease.holder))
-        except MemWalError as exc:  # lost meanwhile: not worth keeping
-            log.info("memwal: not keeping the writer of shard %s: %s", kept.shard, exc)
+        except MemWalError as exc:
+            return str(exc)
+        return None
+
+    def give(self, key: Hashable, kept: KeptWriter, *, labelled: bool = False,
+             lost: str | None = None) -> None:
+        """Keep ``kept`` (its rows durable, its fence checked) for the next task; its
+        lease says idle (:meth:`label_idle`, done here unless ``labelled``, with
+        ``lost`` its answer)."""
+        kept.last_used = time.monotonic()
+        lost = lost if labelled else self.label_idle(kept)
+        if lost is not None:  # not worth keeping
+            log.info("memwal: not keeping the writer of shard %s: %s", kept.shard, lost)
             kept.close()
             return
         with self._lock:

@@ -226,3 +226,31 @@ def test_take_after_racing_the_records_renewal(any_store, clock):
         assert current == out["renewed"] and current.holder.kept
         again = leases.try_acquire(shard, job("B"))
         assert again is not None and leases.replaced[shard] == current
+
+
+def test_take_after_proved_later_puts_now_and_lists_when_asked(any_store, clock):
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    counting = Counting(any_store)
+    taker = leases_on(counting, clock)
+    got = taker.take_after(record, job("B"), prove_later=True)
+    assert got is not None and got.generation == record.generation + 1
+    assert counting.calls == {"get": 0, "head": 0, "list": 0, "put": 1, "delete_many": 0}
+    assert taker.prove_taken(got, record)
+    assert counting.calls["list"] == 1 and leases.current(shard) == got
+
+
+def test_a_takeover_between_the_put_and_its_later_proof_is_found(any_store, clock):
+    """Two actors: a retried attempt of the same task takes the lease over right after
+    the continuing attempt's put, before that attempt's listing proves it."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    record = idle_record(leases, shard, job("A"))
+    got = leases.take_after(record, job("B"), prove_later=True)
+    retry = leases.try_acquire(shard, job("B", attempt=1))  # same job and partition
+    assert retry is not None and retry.generation == got.generation + 1
+    assert not leases.prove_taken(got, record)
+    assert leases.current(shard) == retry
+    assert f"{LEASES_DIR}/{shard}/{got.generation:020d}.json" not in lease_keys(any_store,
+                                                                                 shard)

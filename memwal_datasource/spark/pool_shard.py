@@ -10,14 +10,16 @@ through :mod:`memwal_datasource.spark.shard_turns` instead.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from concurrent.futures import Future
 from dataclasses import replace
 
 import pyarrow as pa
 
 from .. import hooks
 from ..leases import HeldLease, Holder, Lease, Leases, NoFreeShard
-from ..store import read_both
+from ..store import beside, read_both
 from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
@@ -56,6 +58,7 @@ class PoolShard:
         self.before: WriterStats | None = None  # a kept writer's stats when we took it
         self.kept = False  # given back to the pool at close
         self._fenced: tuple[str, str | None] | None = None  # (shard, fence_of's answer)
+        self._proof: Future[bool] | None = None  # a kept shard's lease listing, running
 
     def open(self, schema: pa.Schema) -> ShardWriter:
         """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
@@ -118,15 +121,35 @@ class PoolShard:
         # The kept writer's fence is checked while the shard is leased: on an object
         # store one round trip for both (the fence check's verdict is as of a moment
         # before our WAL PUT either way; see WriterPool.fence_of).
-        key = self.key
-        lease, fenced = read_both(self.leases.store,
-                                  lambda: self.leases.take_after(record, self.holder),
-                                  lambda: POOL.fence_of(key, home))
+        key, store = self.key, self.leases.store
+        # On an object store the lease's listing runs beside the task's write (the
+        # lease is proved before the task reports success; see docs/protocol.md).
+        later = store.remote
+        lease, fenced = read_both(
+            store, lambda: self.leases.take_after(record, self.holder, prove_later=later),
+            lambda: POOL.fence_of(key, home))
         if lease is None:
             return False
         self._fenced = (home, fenced)
         self._hold(lease)
+        if later:
+            self._proof = beside(store, lambda: self.leases.prove_taken(lease, record))
         return True
+
+    def _prove(self) -> None:
+        """Wait for the kept shard's lease listing; a lease it does not prove is lost
+        (raised by :meth:`check`), and a listing that failed raises its error."""
+        proof, self._proof = self._proof, None
+        if proof is None:
+            return
+        try:
+            held = proof.result()
+        except Exception:
+            if self.held is not None:
+                self.held.lose("its lease generations could not be listed")
+            raise
+        if not held and self.held is not None:
+            self.held.lose("another holder took the shard as this task took it")
 
     def _kept_by_another(self, lease: Lease) -> bool:
         """Whether ``lease`` is an idle writer another process keeps."""
@@ -239,13 +262,17 @@ class PoolShard:
             return
         if self.keepable:
             self.writer.flush()
-            self.writer.check_fence()  # as close() does: a fenced writer reports no success
+            self._prove()
             self.check()
-            POOL.give(self.key, KeptWriter(self.shard, self.writer, self.held,
-                                           job_id=self.holder.job_id,
-                                           partition=self.holder.partition,
-                                           stamp=self.opts.table_stamp,
-                                           store=self.leases.store))
+            kept = KeptWriter(self.shard, self.writer, self.held, job_id=self.holder.job_id,
+                              partition=self.holder.partition, stamp=self.opts.table_stamp,
+                              store=self.leases.store)
+            # The fence check, as close() makes it (a fenced writer reports no success),
+            # beside the idle lease record: one round trip on an object store. Either may
+            # land first; a fenced writer is not given back, and its lease is released.
+            _, lost = read_both(self.leases.store, self.writer.check_fence,
+                                lambda: POOL.label_idle(kept))
+            POOL.give(self.key, kept, labelled=True, lost=lost)
             self.kept = True
         else:
             self.writer.close()
@@ -258,6 +285,8 @@ class PoolShard:
         """Release the lease (best effort: an unreleased one expires by itself); a kept
         writer keeps it."""
         t0 = time.perf_counter()
+        with contextlib.suppress(Exception):  # a lease not proved is released as lost
+            self._prove()
         if self.held is not None and not self.kept:
             self.held.release()
         self.lease_s += time.perf_counter() - t0

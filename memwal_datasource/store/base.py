@@ -335,6 +335,29 @@ def read_both(store: ObjectStore, first: Callable[[], A], second: Callable[[], B
     return a, b
 
 
+def _read_pool() -> futures.ThreadPoolExecutor:
+    global _READS
+    with _READS_LOCK:
+        if _READS is None:
+            _READS = futures.ThreadPoolExecutor(8, thread_name_prefix="memwal-read")
+        return _READS
+
+
+def beside(store: ObjectStore, call: Callable[[], A]) -> futures.Future[A]:
+    """``call()`` started now, to run beside what the caller does next on a remote
+    store (its round trip overlaps the caller's), or run at once elsewhere (a local
+    call costs less than a thread hand-off). The caller must take the result before
+    it relies on it, and must accept ``call`` seen in any order with its own work."""
+    if store.remote:
+        return _read_pool().submit(call)
+    done: futures.Future[A] = futures.Future()
+    try:
+        done.set_result(call())
+    except Exception as exc:  # noqa: BLE001 - handed to whoever takes the result
+        done.set_exception(exc)
+    return done
+
+
 def read_all(store: ObjectStore, *reads: Callable[[], Any]) -> list[Any]:
     """``[read() for read in reads]``, at once on a remote store, in order elsewhere.
 
@@ -342,13 +365,9 @@ def read_all(store: ObjectStore, *reads: Callable[[], Any]) -> list[Any]:
     (each takes effect at one moment during the call). The first read runs in the
     calling thread; the first error raised, in argument order, is the one raised.
     """
-    global _READS
     if not store.remote or len(reads) < 2:
         return [read() for read in reads]
-    with _READS_LOCK:
-        if _READS is None:
-            _READS = futures.ThreadPoolExecutor(8, thread_name_prefix="memwal-read")
-        pool = _READS
+    pool = _read_pool()
     later = [pool.submit(read) for read in reads[1:]]
     try:
         first = reads[0]()

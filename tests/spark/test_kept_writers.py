@@ -318,3 +318,62 @@ def test_a_kept_writer_is_continued_across_a_compaction(location):
     assert (second.shard_id, second.epoch) == (first.shard_id, first.epoch), "claimed anew"
     assert second.first_position == first.last_position + 1
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_retry_taking_the_lease_before_the_continuing_task_proved_it_commits_once(location):
+    """Two actors at once: the attempt continuing the kept writer has put its lease
+    record; before its listing proves the lease (on an object store that listing runs
+    beside its WAL write), attempt 1 of the same task takes the lease over, claims anew,
+    writes and succeeds. Attempt 0 then fails (or, where the listing came first, leases
+    and claims anew itself); only what is committed is ever visible."""
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])
+    job, retry = TaskJob.new(), {}
+
+    def retry_takes_over(shard, job_id, **_):
+        if job_id == job.job_id and not retry:
+            retry["msg"] = None  # once: the retry's own acquisition proves too
+            retry["msg"] = write_task(writer.opts, table, iter([rows([2])]), job,
+                                      partition=0, attempt=1)
+
+    remove = hooks.register("lease.proving", retry_takes_over)
+    try:
+        try:
+            attempt_0 = write_task(writer.opts, table, iter([rows([9])]), job, partition=0,
+                                   attempt=0)
+        except MemWalError as exc:  # its lease was never proved: it reports no success
+            attempt_0 = exc
+    finally:
+        remove()
+    taken = retry["msg"]
+    assert taken.shard_id == first.shard_id and taken.epoch > first.epoch
+    # The listing runs beside the write only on an object store.
+    assert isinstance(attempt_0, Exception) == open_store(uri, opts).remote
+    if isinstance(attempt_0, Exception):
+        assert "lost the lease" in str(attempt_0)
+    else:  # on local disk the listing is part of the put: attempt 0 leased and claimed anew
+        assert attempt_0.epoch > taken.epoch
+    writer.commit([taken])  # what Spark commits: the attempt that succeeded first
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+
+
+def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_proxy,
+                                                                       proxied_s3_table):
+    """Lease put beside the fence check; the lease's listing beside the WAL PUT; the
+    close's fence check beside the idle lease record. Every request is delayed, so
+    requests in flight together are seen as one round trip."""
+    uri, opts = proxied_s3_table
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])
+    fault_proxy.add_rule(fault="delay", delay_s=0.1)
+    fault_proxy.clear_records()
+    msg = write_task(writer.opts, table, iter([rows([2])]), TaskJob.new(), partition=0,
+                     attempt=0)
+    assert (msg.shard_id, msg.epoch) == (first.shard_id, first.epoch)  # continued
+    methods = sorted(r.method for r in fault_proxy.records())
+    assert methods == ["GET", "GET", "GET", "HEAD", "HEAD", "PUT", "PUT", "PUT"], methods
+    assert fault_proxy.round_trips() == 3
+    writer.commit([msg])
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]

@@ -11,6 +11,7 @@ from memwal_datasource.errors import TransientStoreError
 from memwal_datasource.store import (
     MemoryStore,
     PutOutcome,
+    beside,
     byte_view,
     conditional_put_error,
     conditional_put_outcome,
@@ -146,3 +147,20 @@ def test_read_both_raises_either_reads_error():
         read_both(remote, missing, lambda: 1)
     with pytest.raises(FileNotFoundError):
         read_both(remote, lambda: 1, missing)
+
+
+def test_beside_runs_a_call_alongside_the_caller_on_a_remote_store_only():
+    """Remote: the call runs while the caller goes on (they meet at a barrier); elsewhere
+    it has run when ``beside`` returns. Either way its error reaches whoever takes it."""
+    meet = threading.Barrier(2, timeout=10)
+    running = beside(_Remote(uuid.uuid4().hex), lambda: (meet.wait(), "done")[1])
+    meet.wait()  # the caller's own work, at the same time
+    assert running.result(10) == "done"
+    order: list[str] = []
+    ran = beside(MemoryStore(uuid.uuid4().hex), lambda: order.append("call") or 7)
+    order.append("caller")
+    assert order == ["call", "caller"] and ran.result() == 7
+    for store in (_Remote(uuid.uuid4().hex), MemoryStore(uuid.uuid4().hex)):
+        failed = beside(store, lambda: {}["missing"])
+        with pytest.raises(KeyError):
+            failed.result(10)
