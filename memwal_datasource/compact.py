@@ -21,7 +21,7 @@ compare-and-set every compactor goes through.
 tombstones delete, an ``overwrite`` record replaces the table.
 
 **Without a primary key** the base table gets a hidden ``int64`` column
-:data:`~memwal_datasource.table.ROW_KEY` (added, null for existing rows, by the
+:data:`~memwal_datasource.table_schema.ROW_KEY` (added, null for existing rows, by the
 first compaction: a schema-only commit; a compactor that loses that race to
 another gets Lance's commit conflict, re-reads and finds the column). Round
 ``R`` gives its ``i``-th row the key ``R << 32 | i`` and merges keyed on it
@@ -69,14 +69,8 @@ from .errors import CollectedError, MemWalError
 from .lance_manifest import compacted_generations
 from .rounds import LEDGER_SHARD, CompactionRound, mark_done, oldest_kept_round, round_key
 from .store import put_resolved
-from .table import (
-    ROW_KEY,
-    TOMBSTONE,
-    TableView,
-    data_schema,
-    last_per_key,
-    primary_key_of,
-)
+from .table import TOMBSTONE, TableView, last_per_key
+from .table_schema import ROW_KEY, data_schema, primary_key_of
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from .manifest import ManifestStore
 from .manifest_format import ShardManifest
 from .options import lance_storage_options
 from .store import ObjectStore, open_store
-from .table import TableSnapshot, TableView, primary_key_of
+from .table import TableSnapshot, TableView
+from .table_schema import primary_key_of
 from .wal import WalAppender, WalTailer, find_tip
 from .writer_base import ShardWriter, WriterStats, as_batches, check_schema
 

@@ -64,7 +64,8 @@ from .format import (
 )
 from .leases import DEFAULT_TTL_S, HeldLease, Holder, LeaseHeld, Leases
 from .shard_writer import open_shard_writer
-from .table import TableView, field_ids, without_row_key
+from .table import TableView, field_ids
+from .table_schema import without_row_key
 from .wal import WalAppender
 from .writer_base import cast_columns
 

@@ -287,7 +287,7 @@ def table_sharding(ds) -> Sharding | None:
     * :meth:`Sharding.unrecorded` (one shard) for a primary-key table without one;
     * None for a table without a primary key or a spec (shards follow writers).
     """
-    from .table import primary_key_of
+    from .table_schema import primary_key_of
 
     recorded = spec_of(ds.mem_wal_index_details(), ds.lance_schema, ds.uri)
     if recorded is None and primary_key_of(ds.schema):
@@ -348,10 +348,11 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
     import lance
 
     from . import table
+    from .table_schema import base_schema
 
     if request is None and not primary_key:
         return table.create_table(uri, schema, primary_key, storage_options)
-    schema = table.base_schema(schema, primary_key)  # key names checked here
+    schema = base_schema(schema, primary_key)  # key names checked here
     explicit = request is not None
     if request is None:
         request = default_request(schema, primary_key)

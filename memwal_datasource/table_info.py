@@ -36,7 +36,8 @@ from .format import FieldId
 from .options import lance_storage_options
 from .sharding import Sharding, spec_of
 from .store import ObjectStore, open_store, read_both
-from .table import field_ids, open_table, primary_key_of
+from .table import field_ids, open_table
+from .table_schema import primary_key_of
 
 log = logging.getLogger("memwal_datasource")
 

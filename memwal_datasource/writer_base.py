@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from .errors import ConfigError, NotInThisMode
-from .table import same_logical_type, with_table_columns
+from .table_schema import same_logical_type, with_table_columns
 
 log = logging.getLogger(__name__)
 

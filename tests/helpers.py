@@ -199,7 +199,8 @@ def committed_view(table) -> Counter:
     """
     import pyarrow.compute as pc
 
-    from memwal_datasource.table import TOMBSTONE, data_schema, last_per_key, primary_key_of
+    from memwal_datasource.table import TOMBSTONE, last_per_key
+    from memwal_datasource.table_schema import data_schema, primary_key_of
 
     snap = table.snapshot()
     ds = table.dataset(snap.base_version)
@@ -223,7 +224,8 @@ def stream_reader(uri: str, opts: dict, start: str = "earliest"):
     """A new stream's reader (``MemWalStreamReader``, no Spark) over the table at ``uri``."""
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.stream import MemWalStreamReader
-    from memwal_datasource.table import TableView, data_schema
+    from memwal_datasource.table import TableView
+    from memwal_datasource.table_schema import data_schema
 
     options = {"path": uri, "starting_commit": start,
                **{f"storage.{k}": v for k, v in opts.items()}}

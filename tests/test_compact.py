@@ -21,7 +21,8 @@ from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import ROW_KEY, TableView, create_table
+from memwal_datasource.table import TableView, create_table
+from memwal_datasource.table_schema import ROW_KEY
 from tests.helpers import SCHEMA, new_shard
 
 REPO = Path(__file__).resolve().parent.parent

@@ -32,7 +32,8 @@ from memwal_datasource.format import (
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.options import lance_storage_options
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table, data_schema, field_ids
+from memwal_datasource.table import TableView, create_table, field_ids
+from memwal_datasource.table_schema import data_schema
 from memwal_datasource.wal import WalAppender, WalTailer
 
 SCHEMA = pa.schema([

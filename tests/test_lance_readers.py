@@ -32,7 +32,8 @@ from memwal_datasource.native import HIDDEN_GENERATION
 from memwal_datasource.options import lance_storage_options
 from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import ROW_KEY, TableView, create_table
+from memwal_datasource.table import TableView, create_table
+from memwal_datasource.table_schema import ROW_KEY
 from tests.helpers import later
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

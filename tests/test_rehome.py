@@ -29,7 +29,8 @@ from memwal_datasource.rehome import DRIVER_PARTITION, Rehomer
 from memwal_datasource.shard_writer import open_shard_writer
 from memwal_datasource.sharding import ShardingRequest, initialize_shard, table_sharding
 from memwal_datasource.sharding import create_table as create_sharded
-from memwal_datasource.table import TOMBSTONE, TableView, open_table, read_table, without_row_key
+from memwal_datasource.table import TOMBSTONE, TableView, open_table, read_table
+from memwal_datasource.table_schema import without_row_key
 from memwal_datasource.wal import WalTailer
 from tests.helpers import committed_view
 

@@ -225,7 +225,7 @@ def test_tables_without_a_key_and_explicit_requests_are_unchanged(tmp_path):
 
 def specless_pk_table(uri: str):
     """A primary-key table as pylance users make it: initialize_mem_wal() with no spec."""
-    from memwal_datasource.table import with_primary_key
+    from memwal_datasource.table_schema import with_primary_key
 
     ds = lance.write_dataset(with_primary_key(SCHEMA, ["id"]).empty_table(), uri)
     ds.initialize_mem_wal()

@@ -75,44 +75,6 @@ def test_one_table_object_reads_compacts_collects_and_tells_history(pk_table):
         MemWalTable.open(uri + "-missing", opts)
 
 
-# --- writes after a schema change (Lance's add_columns) ---------------------------------
-
-def test_schema_check_lets_a_write_leave_out_nullable_columns_only():
-    import pyarrow as pa
-
-    from memwal_datasource.table import schema_mismatch, with_table_columns
-
-    table = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string()),
-                       ("extra", pa.int32())])
-    narrow = pa.schema([("id", pa.int64()), ("v", pa.string())])
-    assert schema_mismatch(table, narrow, "/t") is None
-    assert schema_mismatch(table, pa.schema([("id", pa.int64())]), "/t") is None
-    # A non-nullable column cannot be left out: the fix first, naming it.
-    problem = schema_mismatch(table, pa.schema([("v", pa.string())]), "/t")
-    assert problem.startswith("Add column(s) ['id'] to the DataFrame: they are not nullable")
-    # A column the table lacks: add_columns first, the pylance call named.
-    wide = narrow.append(pa.field("w", pa.int32())).append(pa.field("s", pa.string()))
-    problem = schema_mismatch(table, wide, "/t")
-    first = problem.split(": ", 1)[0]
-    assert first == "Add column(s) ['w', 's'] to the table first, then write again"
-    assert ("lance.dataset('/t').add_columns([pa.field('w', pa.int32()), "
-            "pa.field('s', pa.string())])") in problem
-    assert "unexpected column(s) ['w', 's']" in problem
-    assert schema_mismatch(table, pa.schema([("v", pa.string()), ("id", pa.int64())]),
-                           "/t").startswith("Select the columns in the table's order")
-    assert schema_mismatch(table, pa.schema([("id", pa.int64()), ("extra", pa.string())]),
-                           "/t").startswith("Cast column 'extra' to int32")
-    # The batch a write stores: the left-out nullable columns as nulls, in table order.
-    b = pa.record_batch([pa.array([1, 2], pa.int64())], names=["id"])
-    full = with_table_columns(b, table)
-    assert full.schema.names == ["id", "v", "extra"]
-    assert full.to_pylist() == [{"id": 1, "v": None, "extra": None},
-                                {"id": 2, "v": None, "extra": None}]
-    assert full.schema.field("extra").type == pa.int32()
-    # Unfillable batches come back as they are (the writer's check names the problem).
-    assert with_table_columns(pa.record_batch({"v": ["x"]}), table).schema.names == ["v"]
-
-
 @pytest.mark.parametrize("keys", [["k"], ["k", "j"]])
 def test_last_per_key_keeps_the_last_row_of_each_key_in_order(keys):
     """Unique keys come back as they are; with repeats, the last row of each key, in the

@@ -698,7 +698,8 @@ def test_a_write_leaving_out_an_added_nullable_column_stores_nulls(pk_table, mod
     from memwal_datasource.format import field_id
     from memwal_datasource.memwal_table import MemWalTable
     from memwal_datasource.options import lance_storage_options
-    from memwal_datasource.table import field_ids, read_table, without_row_key
+    from memwal_datasource.table import field_ids, read_table
+    from memwal_datasource.table_schema import without_row_key
 
     uri, opts = pk_table
     table = MemWalTable(uri, opts)

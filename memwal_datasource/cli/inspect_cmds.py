@@ -183,7 +183,7 @@ def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
     try:
         import lance
 
-        from ..table import primary_key_of
+        from ..table_schema import primary_key_of
 
         ds = lance.dataset(uri, storage_options=lance_storage_options(storage))
         return {"version": ds.version, "columns": ds.schema.names,

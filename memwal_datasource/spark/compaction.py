@@ -51,7 +51,8 @@ from ..compact import (
     sstable_marks,
 )
 from ..compact import compact as core_compact
-from ..table import CompactionRound, TableView, data_schema, last_per_key, primary_key_of
+from ..table import CompactionRound, TableView, last_per_key
+from ..table_schema import data_schema, primary_key_of
 
 log = logging.getLogger("memwal_datasource")
 ORDER = "__memwal_order"  # a row's place in the round's commit order

@@ -23,8 +23,8 @@ from ..errors import ConfigError, MemWalError
 from ..format import MEM_WAL_DIR
 from ..sharding import check_requested
 from ..store import ObjectStore, open_store
-from ..table import data_schema, primary_key_of, schema_mismatch, without_row_key
 from ..table_info import TableInfo, TableStamp, describe_created, describe_table
+from ..table_schema import data_schema, primary_key_of, schema_mismatch, without_row_key
 from .deletes import prepare_delete
 from .options import WriteOptions
 from .schema import align_timestamps, check_key_types, table_schema_for

@@ -19,15 +19,8 @@ from ..commit import CommittedRange, CommittedView
 from ..format import entry_columns, has_field_ids
 from ..manifest import list_shards
 from ..store import open_store
-from ..table import (
-    ROW_KEY,
-    TOMBSTONE,
-    TableView,
-    data_schema,
-    field_ids,
-    last_per_key,
-    primary_key_of,
-)
+from ..table import TOMBSTONE, TableView, field_ids, last_per_key
+from ..table_schema import ROW_KEY, data_schema, primary_key_of
 from ..wal import WalTailer
 from ..writer_base import cast_columns
 from .options import ReadOptions

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
 from ..format import TOMBSTONE
-from ..table import ROW_KEY
+from ..table_schema import ROW_KEY
 
 # Column names the MemWAL format gives a meaning of its own.
 RESERVED_COLUMNS = {

@@ -61,7 +61,7 @@ from ..manifest import ManifestStore
 from ..shard_writer import open_shard_writer
 from ..sharding import ShardConflict, initialize_shard
 from ..store import open_store
-from ..table import primary_key_of
+from ..table_schema import primary_key_of
 from ..writer_base import ShardWriter, check_schema
 from .deletes import tombstone_schema, tombstones
 from .options import WriteOptions

@@ -27,8 +27,8 @@ from ..errors import ConfigError, MemWalError, without_native_locations
 from ..format import MEM_WAL_DIR
 from ..options import scrub_url
 from ..store import ObjectStore, open_store
-from ..table import without_row_key
 from ..table_info import TableInfo, describe_table
+from ..table_schema import without_row_key
 from .interpreter import check_python_workers
 from .options import ReadOptions, WriteOptions
 from .prepare import check_store, prepare_table, prepare_table_info

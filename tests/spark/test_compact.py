@@ -10,7 +10,7 @@ import pytest
 
 from memwal_datasource import compact, read_table
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.table import ROW_KEY
+from memwal_datasource.table_schema import ROW_KEY
 from tests.spark.test_writer import routed
 
 

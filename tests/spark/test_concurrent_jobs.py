@@ -43,7 +43,8 @@ from memwal_datasource.sharding import create_table as create_sharded
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, open_table, read_table, without_row_key
+from memwal_datasource.table import create_table, open_table, read_table
+from memwal_datasource.table_schema import without_row_key
 from tests.spark.test_writer import frame, read, write
 
 GATES_VAR = "MEMWAL_TEST_GATES"

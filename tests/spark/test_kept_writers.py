@@ -21,7 +21,8 @@ from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, read_table, without_row_key
+from memwal_datasource.table import create_table, read_table
+from memwal_datasource.table_schema import without_row_key
 from memwal_datasource.wal import WalAppender
 from memwal_datasource.writer_pool import POOL
 

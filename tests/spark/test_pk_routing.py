@@ -23,7 +23,8 @@ from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import open_table, read_table, with_primary_key
+from memwal_datasource.table import open_table, read_table
+from memwal_datasource.table_schema import with_primary_key
 from tests.spark.test_sharding import frame, lsm_rows, shards_of_keys
 from tests.spark.test_writer import storage_of, write
 

@@ -13,7 +13,8 @@ from memwal_datasource.commit import CommitLog
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalStreamWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, without_row_key
+from memwal_datasource.table import create_table
+from memwal_datasource.table_schema import without_row_key
 from tests.helpers import later
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])

@@ -32,13 +32,8 @@ from memwal_datasource.sharding import create_table as create_sharded
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import (
-    TableView,
-    data_schema,
-    open_table,
-    read_table,
-    without_row_key,
-)
+from memwal_datasource.table import TableView, open_table, read_table
+from memwal_datasource.table_schema import data_schema, without_row_key
 from tests.spark.test_concurrent_jobs import EVENT_TIMEOUT_S, finish, in_thread, worker_gates
 from tests.spark.test_sharding import BUCKETED, shards_of_keys
 from tests.spark.test_writer import _Gate, write
