@@ -189,6 +189,8 @@ class HeldLease:
         """Name ``holder`` as the lease's holder from now on (raises :class:`LeaseLost`)."""
         self.check()
         with self._lock:
+            if self._released:  # a relabel racing the release (the close's fence check failed)
+                raise LeaseLost(self.shard, self._lease, None, "it was released")
             self._lease = self._leases.relabel(self._lease, holder)
 
     def abandon(self) -> None:

@@ -603,3 +603,15 @@ def test_a_lease_marked_lost_stops_renewing_and_check_raises(any_store, clock):
         held.check()
     assert held.release()  # still ours: released as any lease is
     assert leases.current(shard).released
+
+
+def test_a_released_lease_is_not_relabelled_after(any_store, clock):
+    """A task whose close's fence check failed releases its lease while the idle relabel
+    may still be on its way (they go at once): the relabel must not write after it."""
+    leases = leases_on(any_store, clock)
+    shard = new_shard()
+    held = leases.hold(leases.try_acquire(shard, job("A")))
+    assert held.release()
+    with pytest.raises(LeaseLost, match="it was released"):
+        held.relabel(job("idle"))
+    assert leases.current(shard).released
