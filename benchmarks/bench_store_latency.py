@@ -5,11 +5,13 @@ benchmarks see CPU, not round trips. A cloud object store answers in 10-30 ms,
 and then an append's latency is its round trips. Here every request goes through
 ``tests/fault_proxy.py`` with a fixed delay (0, 10 and 25 ms), one sequential
 writer appends 5,000 rows at a time in-process (no Spark: the code a Spark append
-runs, :func:`harness.inproc_append`, with default options) vs the plain Lance
-append of the same rows (``lance.write_dataset(..., mode="append")``), alternated
+runs, :func:`harness.inproc_append`, with default options: after the first, each
+append continues its kept writer) vs the plain Lance append of the same rows
+(``lance.write_dataset(..., mode="append")``) vs memwal with ``keep_writers=false``
+(every append claims its shard anew, as a worker's first append does), alternated
 append by append. Reported: p50/p99 per append, requests and sequential round
-trips per append (requests in flight together count once), and the ratio of the
-p50s per delay. The same proxy carries both competitors.
+trips per append (requests in flight together count once), and the ratios of the
+p50s per delay. The same proxy carries every competitor.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from . import harness as h
 NAME = "store_latency"
 ROWS, BUCKET = 5_000, "memwal-latency"
 MEMWAL, LANCE = "memwal (defaults, in-process)", "Lance append (write_dataset)"
+UNKEPT = "memwal (keep_writers=false: every append claims anew)"
 
 
 def _append(proxy, fn) -> dict[str, float]:
@@ -42,20 +45,25 @@ def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
             proxy.add_rule(fault="delay", delay_s=delay_ms / 1e3)
         storage = {**server.storage_options(), "aws_endpoint": proxy.endpoint}
         root = f"s3://{BUCKET}/d{delay_ms}-{time.monotonic_ns()}"
-        uris = {MEMWAL: f"{root}/memwal/t.lance", LANCE: f"{root}/lance/t.lance"}
+        uris = {MEMWAL: f"{root}/memwal/t.lance", LANCE: f"{root}/lance/t.lance",
+                UNKEPT: f"{root}/unkept/t.lance"}
 
         def memwal(start: int) -> None:
             h.inproc_append(uris[MEMWAL], h.arrow_rows(start, ROWS), storage)
+
+        def unkept(start: int) -> None:  # a worker's first append, or keep_writers=false
+            h.inproc_append(uris[UNKEPT], h.arrow_rows(start, ROWS), storage,
+                            keep_writers="false")
 
         def lance_append(start: int) -> None:
             lance.write_dataset(h.arrow_rows(start, ROWS), uris[LANCE], mode="append",
                                 storage_options=storage)
 
-        comps = {MEMWAL: memwal, LANCE: lance_append}
+        comps = {MEMWAL: memwal, LANCE: lance_append, UNKEPT: unkept}
 
         def rounds(r: int) -> dict[str, dict[str, Any]]:
             samples: dict[str, list[dict[str, float]]] = {k: [] for k in comps}
-            order = list(comps)[r % 2:] + list(comps)[:r % 2]
+            order = list(comps)[r % len(comps):] + list(comps)[:r % len(comps)]
             for i in range(n):
                 for name in order:
                     samples[name].append(_append(proxy, lambda f=comps[name], i=i: f(
@@ -73,12 +81,14 @@ def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
         for r in range(ctx.repeats):
             for name, res in rounds(r).items():
                 runs[name].append(res)
-        assert h.committed_rows(uris[MEMWAL], storage) == (2 + ctx.repeats * n) * ROWS
+        for name in (MEMWAL, UNKEPT):
+            assert h.committed_rows(uris[name], storage) == (2 + ctx.repeats * n) * ROWS
         ctx.log(f"  delay {delay_ms} ms: " + ", ".join(
             f"{k}: p50 {h.cell(h.summarize([x['p50_ms'] for x in v]), '{:.0f}')} ms"
             for k, v in runs.items()))
     return {"delay_ms": delay_ms, "competitors": h.stats(runs),
             "p50": h.ratios(runs, MEMWAL, "p50_ms", [LANCE]),
+            "unkept_p50": h.ratios(runs, UNKEPT, "p50_ms", [LANCE]),
             "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE])}
 
 
@@ -99,6 +109,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         targets += [h.target(f"{w}: memwal / Lance append p50 per append", c["p50"][LANCE],
                              1.0, at_most=True),
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE]),
+                    h.target(f"{w}: memwal keep_writers=false / Lance append p50 per append",
+                             c["unkept_p50"][LANCE]),
                     *(h.target(f"{w}: {name} sequential round trips per append",
                                comp[name]["round_trips_per_append"]) for name in comp)]
         panels.append(h.panel(f"{w}: p50 per append", comp, "p50_ms", "ms"))

@@ -21,9 +21,9 @@ the task's lease replaced this process's kept writer's own lease record,
 nobody held the shard in between, and the task takes that writer instead of
 claiming anew. A task of this process takes the shard straight after that
 record (:meth:`WriterPool.kept_record`, ``Leases.take_after``: one put and a
-listing, no read; on an object store the listing runs beside the task's WAL
-write and proves the lease before the task reports success). The rules that
-keep fencing the guarantee:
+listing, no read; on an object store, where the kept writer is continued, the
+listing runs beside the task's WAL write: a lease it does not prove costs the
+writer, never a claim). The rules that keep fencing the guarantee:
 
 * Only a task's **first attempt** may take a kept writer. A retried or
   speculative attempt opens a new one: its claim fences every older writer of

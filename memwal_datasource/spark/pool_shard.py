@@ -10,7 +10,7 @@ through :mod:`memwal_datasource.spark.shard_turns` instead.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import time
 from concurrent.futures import Future
 from dataclasses import replace
@@ -24,6 +24,8 @@ from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
 from .options import WriteOptions
 from .shard_turns import open_shard
+
+log = logging.getLogger(__name__)
 
 # A task without num_shards probes the pool this many slots at a time (no waiting).
 POOL_WINDOW = 16
@@ -67,10 +69,14 @@ class PoolShard:
             self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
                         tuple(sorted(self.opts.storage.items())), schema.to_string(),
                         repr(self.opts.config), self.opts.lease_ttl_s)
-        self.shard = self._lease_from_pool()
-        t1 = time.perf_counter()
-        self.lease_s += t1 - t0
-        if self.keepable:
+        for _ in range(2):  # a second time only after a kept shard's lease was not proved
+            self.shard = self._lease_from_pool()
+            t1 = time.perf_counter()
+            self.lease_s += t1 - t0
+            if not self.keepable:
+                if POOL:
+                    POOL.drop_shard(self.shard)  # our claim fences it: never reuse it
+                break
             checked = self._fenced is not None and self._fenced[0] == self.shard
             kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
                              self.held, self.opts.table_stamp, checked=checked,
@@ -79,8 +85,12 @@ class PoolShard:
                 self.writer, self.before = kept.writer, kept.writer.stats()
                 self.open_s += time.perf_counter() - t1
                 return self.writer
-        elif POOL:
-            POOL.drop_shard(self.shard)  # our claim fences it: never reuse it
+            # A claim comes next: it must never fence a writer that holds the lease, so a
+            # lease taken for the kept writer (not continued after all) is proved first.
+            if self._proved():
+                break
+            self.held.abandon()  # its record was deleted: lease as any task does
+            self.held, self._fenced, t0 = None, None, time.perf_counter()
         self.writer = open_shard(self.opts, self.shard, schema)
         self.open_s += time.perf_counter() - t1
         return self.writer
@@ -122,34 +132,35 @@ class PoolShard:
         # store one round trip for both (the fence check's verdict is as of a moment
         # before our WAL PUT either way; see WriterPool.fence_of).
         key, store = self.key, self.leases.store
-        # On an object store the lease's listing runs beside the task's write (the
-        # lease is proved before the task reports success; see docs/protocol.md).
+        # On an object store the lease's listing runs beside the task's write when the
+        # kept writer is continued (nothing claims on a lease not proved; one not proved
+        # costs the writer, not the rows: see docs/protocol.md).
         later = store.remote
         lease, fenced = read_both(
             store, lambda: self.leases.take_after(record, self.holder, prove_later=later),
             lambda: POOL.fence_of(key, home))
         if lease is None:
             return False
+        if later and fenced is not None and not self.leases.prove_taken(lease, record):
+            return False  # not continued (fenced), so a claim follows: proved before it
         self._fenced = (home, fenced)
         self._hold(lease)
-        if later:
+        if later and fenced is None:
             self._proof = beside(store, lambda: self.leases.prove_taken(lease, record))
         return True
 
-    def _prove(self) -> None:
-        """Wait for the kept shard's lease listing; a lease it does not prove is lost
-        (raised by :meth:`check`), and a listing that failed raises its error."""
+    def _proved(self) -> bool:
+        """Wait for the kept shard's lease listing, if one runs: whether it proved the
+        lease (a listing that failed proves nothing)."""
         proof, self._proof = self._proof, None
         if proof is None:
-            return
+            return True
         try:
-            held = proof.result()
-        except Exception:
-            if self.held is not None:
-                self.held.lose("its lease generations could not be listed")
-            raise
-        if not held and self.held is not None:
-            self.held.lose("another holder took the shard as this task took it")
+            return proof.result()
+        except Exception as exc:  # noqa: BLE001 - a store error: the lease is not proved
+            log.info("memwal: shard %s: could not list its lease generations: %s",
+                     self.shard, exc)
+            return False
 
     def _kept_by_another(self, lease: Lease) -> bool:
         """Whether ``lease`` is an idle writer another process keeps."""
@@ -262,8 +273,20 @@ class PoolShard:
             return
         if self.keepable:
             self.writer.flush()
-            self._prove()
+            proved = self._proved()
             self.check()
+            if not proved:
+                # Another holder took the shard as we took it (a retry taking the lease
+                # over, say). Correctness never rests on a lease: the fence check decides
+                # whether the rows stand. The writer is not kept, and let go without
+                # writing (its lease record was deleted; the next claim moves the replay
+                # position past its entries).
+                try:
+                    self.writer.check_fence()
+                finally:
+                    self.held.abandon()
+                    self.writer.abort()
+                return
             kept = KeptWriter(self.shard, self.writer, self.held, job_id=self.holder.job_id,
                               partition=self.holder.partition, stamp=self.opts.table_stamp,
                               store=self.leases.store)
@@ -285,8 +308,8 @@ class PoolShard:
         """Release the lease (best effort: an unreleased one expires by itself); a kept
         writer keeps it."""
         t0 = time.perf_counter()
-        with contextlib.suppress(Exception):  # a lease not proved is released as lost
-            self._prove()
+        if not self._proved() and self.held is not None:
+            self.held.abandon()  # its record was deleted: nothing of ours to release
         if self.held is not None and not self.kept:
             self.held.release()
         self.lease_s += time.perf_counter() - t0

@@ -17,6 +17,7 @@ import pytest
 from memwal_datasource import hooks
 from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import MemWalError
+from memwal_datasource.leases import Holder, Leases
 from memwal_datasource.manifest import ManifestStore
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
@@ -326,8 +327,8 @@ def test_a_retry_taking_the_lease_before_the_continuing_task_proved_it_commits_o
     """Two actors at once: the attempt continuing the kept writer has put its lease
     record; before its listing proves the lease (on an object store that listing runs
     beside its WAL write), attempt 1 of the same task takes the lease over, claims anew,
-    writes and succeeds. Attempt 0 then fails (or, where the listing came first, leases
-    and claims anew itself); only what is committed is ever visible."""
+    writes and succeeds. Attempt 0 then fails, fenced (or, where the listing is part of
+    the put, leases and claims anew itself); only what is committed is ever visible."""
     uri, opts = location
     writer, table = job_writer(uri, opts)
     first = one_job(writer, table, [1])
@@ -344,7 +345,7 @@ def test_a_retry_taking_the_lease_before_the_continuing_task_proved_it_commits_o
         try:
             attempt_0 = write_task(writer.opts, table, iter([rows([9])]), job, partition=0,
                                    attempt=0)
-        except MemWalError as exc:  # its lease was never proved: it reports no success
+        except MemWalError as exc:  # fenced by the retry's claim: it reports no success
             attempt_0 = exc
     finally:
         remove()
@@ -352,12 +353,46 @@ def test_a_retry_taking_the_lease_before_the_continuing_task_proved_it_commits_o
     assert taken.shard_id == first.shard_id and taken.epoch > first.epoch
     # The listing runs beside the write only on an object store.
     assert isinstance(attempt_0, Exception) == open_store(uri, opts).remote
-    if isinstance(attempt_0, Exception):
-        assert "lost the lease" in str(attempt_0)
-    else:  # on local disk the listing is part of the put: attempt 0 leased and claimed anew
+    if not isinstance(attempt_0, Exception):  # local: attempt 0 leased and claimed anew
         assert attempt_0.epoch > taken.epoch
     writer.commit([taken])  # what Spark commits: the attempt that succeeded first
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+    assert len(POOL) <= 1  # at most the writer of the attempt that succeeded last
+
+
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_lease_taken_but_never_claimed_before_the_proof_costs_the_writer_not_the_task(
+        location):
+    """Two actors at once: after the continuing attempt's lease put, another holder (a
+    retry of the same task that then stalls, say) takes the lease over and claims
+    nothing. The continuing attempt's listing does not prove its lease; its fence still
+    holds, so its rows stand: it succeeds, keeps no writer, and leaves the lease alone."""
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])
+    store = open_store(uri, opts)
+    job, other = TaskJob.new(), {}
+
+    def takes_the_lease(shard, job_id, partition, **_):
+        if job_id == job.job_id and not other:
+            other["lease"] = None
+            other["lease"] = Leases(store).try_acquire(
+                shard, Holder(job.job_id, partition, 1, label="stalled retry"))
+
+    remove = hooks.register("lease.proving", takes_the_lease)
+    try:
+        msg = write_task(writer.opts, table, iter([rows([9])]), job, partition=0, attempt=0)
+    finally:
+        remove()
+    assert other["lease"] is not None
+    if store.remote:  # continued the kept writer, whose fence held
+        assert (msg.shard_id, msg.epoch) == (first.shard_id, first.epoch)
+        assert len(POOL) == 0  # not kept: the lease is the other holder's
+        assert Leases(store).current(first.shard_id) == other["lease"]
+    else:  # the listing is part of the put: leased anew (a takeover) and claimed
+        assert msg.epoch > first.epoch
+    writer.commit([msg])
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 9]
 
 
 def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_proxy,
@@ -376,5 +411,38 @@ def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_pro
     methods = sorted(r.method for r in fault_proxy.records())
     assert methods == ["GET", "GET", "GET", "HEAD", "HEAD", "PUT", "PUT", "PUT"], methods
     assert fault_proxy.round_trips() == 3
+    writer.commit([msg])
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
+def test_a_stale_kept_writer_never_claims_a_shard_another_live_writer_holds(location):
+    """Two actors: while this process kept a writer on its shard, another process's
+    writer took the shard, claimed it and went on for enough lease generations that the
+    one after this process's idle record was deleted; it holds the lease now. The next
+    task's put of that generation lands in the freed slot, and the kept writer is fenced:
+    the task proves the lease before anything claims, finds it lost and leases another
+    shard. The live writer is never fenced."""
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])
+    store, shard = open_store(uri, opts), first.shard_id
+    other, leases = Holder("other-process-job", 0, 0, label="another process"), Leases(store)
+    live = None
+    for _ in range(4):  # each: acquire, claim (fences our kept writer), release
+        if live is not None:
+            leases.release(live)
+        live = leases.try_acquire(shard, other)
+        assert live is not None
+    appender = WalAppender.open(store, shard)  # the live writer: the latest epoch
+    record = next(iter(POOL._kept.values())).held.lease
+    freed = f"_memwal_leases/{shard}/{record.generation + 1:020d}.json"
+    assert not store.exists(freed)  # pruned by the other writer's acquisitions
+    msg = write_task(writer.opts, table, iter([rows([2])]), TaskJob.new(), partition=0,
+                     attempt=0)
+    assert msg.shard_id != shard  # leased another shard
+    assert not store.exists(freed)  # its stray record there was deleted again
+    assert leases.current(shard) == live
+    assert ManifestStore(store, shard).latest().writer_epoch == appender.epoch  # not fenced
     writer.commit([msg])
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
