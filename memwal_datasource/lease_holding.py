@@ -154,12 +154,6 @@ class HeldLease:
             self._error = exc
         self._stop.set()
 
-    def lose(self, why: str) -> None:
-        """Record that this lease is not (or no longer) held, as a renewal that found it
-        taken does: renewals stop and :meth:`check` raises :class:`LeaseLost`."""
-        self._fail(LeaseLost(self.shard, self.lease, None, why))
-        _RENEWER.forget(self)
-
     def _halt(self) -> None:
         """No more renewals; one in flight lands first."""
         self._stop.set()

@@ -592,19 +592,6 @@ def test_four_writers_taking_turns_on_one_shard_never_overlap_nor_fail(any_store
     assert gens[-1] >= 2 * 4 * turns and len(gens) <= 3 + PRUNE_AT + 1, gens
 
 
-def test_a_lease_marked_lost_stops_renewing_and_check_raises(any_store, clock):
-    leases = leases_on(any_store, clock)
-    shard = new_shard()
-    held = leases.hold(leases.try_acquire(shard, job("A")))
-    held.check()
-    held.lose("its listing did not prove it")
-    assert held.stopped
-    with pytest.raises(LeaseLost, match="its listing did not prove it"):
-        held.check()
-    assert held.release()  # still ours: released as any lease is
-    assert leases.current(shard).released
-
-
 def test_a_released_lease_is_not_relabelled_after(any_store, clock):
     """A task whose close's fence check failed releases its lease while the idle relabel
     may still be on its way (they go at once): the relabel must not write after it."""
