@@ -145,6 +145,8 @@ def test_a_warm_planner_lists_and_reads_the_tag_in_one_round_trip(fault_proxy,
     uri, storage = proxied_s3_table
     ds = create_table(uri, SCHEMA, ("id",), storage, None)
     describe_table(uri, storage)  # a cold planner: the listing, then the tag
+    # Every request delayed: two sent together overlap however the threads are scheduled.
+    fault_proxy.add_rule(fault="delay", delay_s=0.1)
     fault_proxy.clear_records()
     info = describe_table(uri, storage)
     assert info.version == ds.version
