@@ -20,6 +20,7 @@ from .config import ShardWriterConfig
 from .errors import (
     CollectedError,
     CommitRefused,
+    CompactionError,
     ConfigError,
     Fenced,
     MemWalError,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CollectedError",
     "CommitRefused",
+    "CompactionError",
     "ConfigError",
     "Fenced",
     "MemWalDataSource",

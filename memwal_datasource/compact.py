@@ -54,6 +54,7 @@ can read a round's WAL entries in Spark tasks and commit on the driver.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ import pyarrow.compute as pc
 
 from . import hooks
 from .commit import OVERWRITE, CommittedRange
-from .errors import CollectedError, MemWalError
+from .errors import CollectedError, CompactionError
 from .lance_manifest import compacted_generations
 from .rounds import LEDGER_SHARD, CompactionRound, mark_done, oldest_kept_round, round_key
 from .store import put_resolved
@@ -84,6 +85,12 @@ INDEX_EVERY_ROUNDS = 8  # rounds between folding new rows into the key's BTREE
 # 123 ms into 3M, 177 vs 142 ms into 10M (scan ~12 ms per million base rows, a probe
 # ~0.4 us per round row; they cross near 35 base rows per round row).
 SCAN_JOIN_MAX_RATIO = 25
+# A join through the BTREE reads the round in slices of this many rows, and DataFusion
+# (Lance 14) charges each slice the memory of the whole buffer it is cut from: one
+# 300k-row batch was charged ~285 MB and the round failed on Lance's 300 MB pool. Batches
+# of this size that own their buffers are charged what they hold (:func:`owned_batches`).
+JOIN_BATCH_ROWS = 8192
+_EXHAUSTED = re.compile(r"Resources exhausted", re.IGNORECASE)
 ROUND_ROWS_LIMIT = 1 << 32  # rows of one round on a table without a primary key
 
 
@@ -117,10 +124,6 @@ class CompactionSummary:
     def rows(self) -> int:
         """Rows folded into the base table by this run."""
         return sum(r.rows for r in self.rounds if r.committed)
-
-
-class CompactionError(MemWalError):
-    """Compaction cannot run on this table; the message says why and what to do."""
 
 
 # --- one round's inputs ------------------------------------------------------------
@@ -187,6 +190,25 @@ def _delete_predicate(deleted: pa.Table, pk: list[str]) -> str | None:
 
 
 # --- the commit --------------------------------------------------------------------
+
+def owned_batches(rows: pa.Table, size: int = JOIN_BATCH_ROWS) -> pa.Table:
+    """``rows`` as batches of at most ``size`` rows, each owning its buffers (a copy)."""
+    return pa.Table.from_batches(
+        [pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in b.columns], schema=b.schema)
+         for b in rows.to_batches(max_chunksize=size)], schema=rows.schema)
+
+
+def _out_of_memory(exc: OSError, rnd: CompactionRound, source: pa.Table) -> CompactionError:
+    """Lance's query pool (``LANCE_MEM_POOL_SIZE``) is too small for this round's join."""
+    pool = os.environ.get("LANCE_MEM_POOL_SIZE")
+    want = max(2 * int(pool or 300 * 2**20), 4 * source.nbytes)
+    return CompactionError(
+        f"Set the environment variable LANCE_MEM_POOL_SIZE to {want} (bytes; now "
+        f"{pool or 'unset: 300 MiB'}) in the compacting process and run compaction again: "
+        f"round {rnd.number} (records {rnd.after_seq + 1}..{rnd.upto_seq}, "
+        f"{source.num_rows} rows, {source.nbytes / 2**20:.0f} MiB) does not fit Lance's "
+        f"query memory pool. Nothing was committed. Lance said: {exc}")
+
 
 def _is_conflict(exc: OSError) -> bool:
     from lance.commit import CommitConflictError
@@ -272,6 +294,8 @@ def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted
             builder = builder.when_not_matched_by_source_delete()
     if ds.count_rows() <= SCAN_JOIN_MAX_RATIO * max(1, source.num_rows):
         builder = builder.use_index(False)  # the base is small next to the round: scan it
+    else:
+        source = owned_batches(source)
     recorded = compacted_generations(table.store, ds.version)
     # Per shard the highest generation, never one already recorded (that would be
     # refused as stale); the ledger mark last. Ascending generation order.
@@ -284,6 +308,8 @@ def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted
         builder.execute(source)
         committed = True
     except OSError as exc:
+        if _EXHAUSTED.search(str(exc)):
+            raise _out_of_memory(exc, rnd, source) from None
         if not _STALE.search(str(exc)):
             raise
         committed = False  # another compactor (or our own earlier try) committed it

@@ -130,6 +130,10 @@ class CollectedError(MissingEntryError):
     """What a read needed was garbage-collected after it planned (plan again)."""
 
 
+class CompactionError(MemWalError):
+    """Compaction cannot run on this table now; the message says why and what to do."""
+
+
 # A source location pylance appends to messages: ", /home/.../rust/lance/src/x.rs:12:5".
 _NATIVE_LOCATION = re.compile(r",?\s*[^\s,]*\brust/[^\s,]*\.rs:\d+(?::\d+)?")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from memwal_datasource import hooks
+from memwal_datasource import CompactionError, hooks
 from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
 from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
@@ -120,6 +120,36 @@ def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
     want.update({3: "d-3", 8: "d-8", 400: "d-400"})
     assert base_rows(uri, opts) == want
     assert scans == ([True] * 4 if join == "scan" else [])
+
+
+def test_a_large_batch_joins_through_the_index_within_lances_memory_pool(pk_table,
+                                                                          monkeypatch):
+    """One append's batch of 40k wide rows, joined through the BTREE under a 60 MB pool:
+    Lance charged every 8k-row slice of it the whole batch's 20 MB (the round failed,
+    "Resources exhausted"). A pool too small for the round itself fails it with the fix
+    first, commits nothing, and the round compacts once the pool is raised."""
+    import importlib
+
+    compact_module = importlib.import_module("memwal_datasource.compact")
+    monkeypatch.setattr(compact_module, "SCAN_JOIN_MAX_RATIO", -1)  # always the index
+    uri, opts = pk_table
+    table = TableView(uri, opts)
+    write(uri, opts, new_shard(), [batch(range(10), "a")])
+    compact(table)  # the first round builds the key's BTREE
+    wide = pa.record_batch([pa.array(range(5, 40_005), pa.int64()), pa.array(["x" * 500] * 40_000)],
+                           schema=SCHEMA)
+    write(uri, opts, new_shard(), [wide])
+    version = table.dataset().version
+    monkeypatch.setenv("LANCE_MEM_POOL_SIZE", str(2 << 20))
+    with pytest.raises(CompactionError,
+                       match=r"^Set the environment variable LANCE_MEM_POOL_SIZE to \d+ "
+                             r"\(bytes; now 2097152\).*round 2 .*40000 rows"):
+        compact(table)
+    assert table.dataset().version == version  # nothing committed
+    monkeypatch.setenv("LANCE_MEM_POOL_SIZE", str(60_000_000))
+    assert [r.rows for r in compact(table).rounds] == [40_000]
+    want = {i: "a-" + str(i) for i in range(5)} | {i: "x" * 500 for i in range(5, 40_005)}
+    assert base_rows(uri, opts) == want
 
 
 def run_worker(uri, opts, point: str) -> None:

@@ -222,8 +222,8 @@ def test_package_import_loads_nothing_heavy():
 def test_public_names_are_all_there():
     public = set(memwal_datasource.__all__)
     assert public == {
-        "CollectedError", "CommitRefused", "ConfigError", "Fenced", "MemWalDataSource",
-        "MemWalError", "MemWalTable", "MissingEntryError", "ShardSealedError",
+        "CollectedError", "CommitRefused", "CompactionError", "ConfigError", "Fenced",
+        "MemWalDataSource", "MemWalError", "MemWalTable", "MissingEntryError", "ShardSealedError",
         "ShardWriterConfig", "WriterPoisoned", "compact", "lancedb_table",
         "open_shard_writer", "read_table"}
     assert public <= set(dir(memwal_datasource))
