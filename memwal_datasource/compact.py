@@ -88,8 +88,9 @@ SCAN_JOIN_MAX_RATIO = 25
 # A join through the BTREE reads the round in slices of this many rows, and DataFusion
 # (Lance 14) charges each slice the memory of the whole buffer it is cut from: one
 # 300k-row batch was charged ~285 MB and the round failed on Lance's 300 MB pool. Batches
-# of this size that own their buffers are charged what they hold (:func:`owned_batches`).
+# of this size that own their buffers are charged what they hold (:func:`join_source`).
 JOIN_BATCH_ROWS = 8192
+LANCE_DEFAULT_POOL = 300 * 2**20
 _EXHAUSTED = re.compile(r"Resources exhausted", re.IGNORECASE)
 ROUND_ROWS_LIMIT = 1 << 32  # rows of one round on a table without a primary key
 
@@ -191,17 +192,31 @@ def _delete_predicate(deleted: pa.Table, pk: list[str]) -> str | None:
 
 # --- the commit --------------------------------------------------------------------
 
-def owned_batches(rows: pa.Table, size: int = JOIN_BATCH_ROWS) -> pa.Table:
-    """``rows`` as batches of at most ``size`` rows, each owning its buffers (a copy)."""
+def lance_pool_bytes() -> int:
+    """Lance's query memory pool: ``LANCE_MEM_POOL_SIZE`` or its 300 MiB default."""
+    try:
+        return int(os.environ.get("LANCE_MEM_POOL_SIZE", ""))
+    except ValueError:
+        return LANCE_DEFAULT_POOL
+
+
+def join_source(rows: pa.Table) -> pa.Table:
+    """``rows`` as the BTREE join should get them: re-cut into :data:`JOIN_BATCH_ROWS`-row
+    batches that own their buffers (a copy) when Lance would charge their slices more than
+    half its pool; else as they are (the copy costs ~5% of the merge)."""
+    charged = sum(-(-b.num_rows // JOIN_BATCH_ROWS) * b.get_total_buffer_size()
+                  for b in rows.to_batches())
+    if charged <= lance_pool_bytes() // 2:
+        return rows
     return pa.Table.from_batches(
         [pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in b.columns], schema=b.schema)
-         for b in rows.to_batches(max_chunksize=size)], schema=rows.schema)
+         for b in rows.to_batches(max_chunksize=JOIN_BATCH_ROWS)], schema=rows.schema)
 
 
 def _out_of_memory(exc: OSError, rnd: CompactionRound, source: pa.Table) -> CompactionError:
     """Lance's query pool (``LANCE_MEM_POOL_SIZE``) is too small for this round's join."""
     pool = os.environ.get("LANCE_MEM_POOL_SIZE")
-    want = max(2 * int(pool or 300 * 2**20), 4 * source.nbytes)
+    want = max(2 * lance_pool_bytes(), 4 * source.nbytes)
     return CompactionError(
         f"Set the environment variable LANCE_MEM_POOL_SIZE to {want} (bytes; now "
         f"{pool or 'unset: 300 MiB'}) in the compacting process and run compaction again: "
@@ -295,7 +310,7 @@ def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted
     if ds.count_rows() <= SCAN_JOIN_MAX_RATIO * max(1, source.num_rows):
         builder = builder.use_index(False)  # the base is small next to the round: scan it
     else:
-        source = owned_batches(source)
+        source = join_source(source)
     recorded = compacted_generations(table.store, ds.version)
     # Per shard the highest generation, never one already recorded (that would be
     # refused as stale); the ledger mark last. Ascending generation order.
