@@ -68,7 +68,15 @@ from . import hooks
 from .commit import OVERWRITE, CommittedRange
 from .errors import CollectedError, CompactionError
 from .lance_manifest import compacted_generations
-from .rounds import LEDGER_SHARD, CompactionRound, mark_done, oldest_kept_round, round_key
+from .rounds import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_RECORDS,
+    LEDGER_SHARD,
+    CompactionRound,
+    mark_done,
+    oldest_kept_round,
+    round_key,
+)
 from .store import put_resolved
 from .table import TOMBSTONE, TableView, last_per_key
 from .table_schema import ROW_KEY, data_schema, primary_key_of
@@ -77,7 +85,6 @@ log = logging.getLogger(__name__)
 
 _STALE = re.compile(r"Stale SSTable compaction", re.IGNORECASE)
 _GENERATION = re.compile(r"_gen_(\d+)/?$")
-DEFAULT_MAX_RECORDS = 256
 INDEX_EVERY_ROUNDS = 8  # rounds between folding new rows into the key's BTREE
 # Up to this many base rows per round row, the merge joins by scanning the base's key
 # column (a hash join) instead of probing its BTREE once per round row: on the 2-core
@@ -388,7 +395,25 @@ def _run_round(table: TableView, rnd: CompactionRound) -> RoundResult:
                         started=t0)
 
 
-def next_round(table: TableView, max_records: int) -> CompactionRound | None:
+def round_end(table: TableView, after: int, upto: int, max_bytes: int) -> int:
+    """The last record of a new round after record ``after``: ``upto`` at most, and none
+    past where the round's rows would pass ``max_bytes`` (one record with rows at least:
+    a larger record makes a round of its own)."""
+    total = 0
+    for rec in table.commits.records(after=after):
+        size = sum(r.bytes for r in rec.ranges)
+        if rec.kind == OVERWRITE:
+            total = 0  # the round drops the ranges before an overwrite
+        elif total and total + size > max_bytes:
+            return rec.sequence - 1
+        total += size
+        if rec.sequence >= upto:
+            break
+    return upto
+
+
+def next_round(table: TableView, max_records: int,
+               max_bytes: int = DEFAULT_MAX_BYTES) -> CompactionRound | None:
     """The round to run now: the pending intent, or a new one; ``None`` if up to date."""
     recorded = table.compacted_round(table.dataset().version)
     number = recorded + 1
@@ -400,8 +425,8 @@ def next_round(table: TableView, max_records: int) -> CompactionRound | None:
     last = table.commits.next_sequence() - 1
     if table.commits.state().last_data <= after:
         return None  # nothing new, or only gc records: a round would commit an empty version
-    rnd = CompactionRound(number, after, min(last, after + max_records),
-                          int(time.time() * 1000))
+    upto = round_end(table, after, min(last, after + max_records), max_bytes)
+    rnd = CompactionRound(number, after, upto, int(time.time() * 1000))
     if put_resolved(table.store, round_key(number), rnd.to_json(), retries=3,
                     base_delay_ms=50, what=f"compaction round {number}"):
         hooks.point("compact.intent", round=number)
@@ -411,7 +436,7 @@ def next_round(table: TableView, max_records: int) -> CompactionRound | None:
             # We stalled: round ``number`` was committed long ago and its intent
             # collected. No stored version can need ours (rounds only grow): remove it.
             table.store.delete(round_key(number))
-            return next_round(table, max_records)
+            return next_round(table, max_records, max_bytes)
         return rnd
     return table.round(number)  # another compactor fixed this round's records first
 
@@ -422,6 +447,7 @@ def planned_rounds(pending_records: int, max_records_per_round: int) -> int:
 
 
 def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORDS,
+            max_bytes_per_round: int = DEFAULT_MAX_BYTES,
             max_rounds: int | None = None, dry_run: bool = False,
             progress: Callable[[RoundResult, int], None] | None = None,
             run_round: Callable[[TableView, CompactionRound], RoundResult] | None = None,
@@ -429,9 +455,12 @@ def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORD
     """Fold every committed, uncompacted record into the base table; see the module doc.
 
     Safe to run concurrently with writers, readers and other compactors, and
-    to kill at any point. ``progress(result, remaining_records)`` is called
-    after each round; ``run_round`` replaces the in-process read-fold-commit of
-    one round (the Spark job passes its own).
+    to kill at any point. A round folds ``max_records_per_round`` records at most,
+    and stops before the record that would take its rows past
+    ``max_bytes_per_round`` Arrow bytes (a larger record is a round of its own).
+    ``progress(result, remaining_records)`` is called after each round;
+    ``run_round`` replaces the in-process read-fold-commit of one round (the
+    Spark job passes its own).
     """
     ds = table.dataset()
     snap = table.snapshot(ds.version)
@@ -442,7 +471,7 @@ def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORD
         return summary
     run_round = run_round or _run_round
     while max_rounds is None or len(summary.rounds) < max_rounds:
-        rnd = next_round(table, max_records_per_round)
+        rnd = next_round(table, max_records_per_round, max_bytes_per_round)
         if rnd is None:
             break
         result = run_round(table, rnd)

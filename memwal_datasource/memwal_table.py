@@ -28,7 +28,8 @@ class MemWalTable(TableView):
         """Fold committed WAL entries into the base table, exactly once.
 
         Keyword arguments go to :func:`memwal_datasource.compact.compact`
-        (``max_records_per_round``, ``max_rounds``, ``dry_run``, ``progress``).
+        (``max_records_per_round``, ``max_bytes_per_round``, ``max_rounds``, ``dry_run``,
+        ``progress``).
         """
         return run_compaction(self, **kwargs)
 
@@ -46,6 +47,7 @@ def compact(uri: str, storage_options: Mapping[str, str] | None = None,
     """Fold committed WAL entries into the base Lance table at ``uri``, exactly once.
 
     Keyword arguments go to :func:`memwal_datasource.compact.compact`
-    (``max_records_per_round``, ``max_rounds``, ``dry_run``, ``progress``).
+    (``max_records_per_round``, ``max_bytes_per_round``, ``max_rounds``, ``dry_run``,
+        ``progress``).
     """
     return MemWalTable(uri, storage_options).compact(**kwargs)

@@ -31,6 +31,11 @@ COMPACTION_DIR = "_memwal_compaction"
 # number of the last compaction round committed there (a compare-and-set: Lance
 # refuses a generation not above the recorded one, atomically with the data).
 LEDGER_SHARD = "6d656d77-616c-4c65-8467-65722d636d70"
+# A round's bounds (the CLI, the Python API and the Spark job share them): this many
+# commit records at most, and no record that would take the round's rows past this many
+# Arrow bytes (they sit in the compactor's memory and in Lance's join, a 300 MiB pool).
+DEFAULT_MAX_RECORDS = 256
+DEFAULT_MAX_BYTES = 128 << 20
 
 
 def round_key(number: int) -> str:

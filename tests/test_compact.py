@@ -47,7 +47,7 @@ def write(uri, opts, shard, batches, *, kind=APPEND, commit=True, memtable=False
     s = w.stats()
     if commit:
         CommitLog(open_store(uri, opts)).append(kind, [CommittedRange(
-            shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows,
+            shard, s.epoch, s.first_wal_position, s.last_wal_position, s.rows, s.bytes,
             sstables=tuple(s.sstables))])
     return list(s.sstables)
 
@@ -91,6 +91,24 @@ def test_compaction_folds_committed_rows_once(pk_table):
     write(uri, opts, new_shard(), [batch([1, 2], "o")], kind=OVERWRITE)
     compact(table)
     assert base_rows(uri, opts) == {1: "o-1", 2: "o-2"}
+
+
+def test_rounds_stop_before_the_record_that_passes_the_byte_bound(pk_table):
+    """``max_bytes_per_round`` bounds the rows a round holds: a round ends before the
+    record that would pass it, a record larger than the bound is a round of its own,
+    and the folded table is the same whatever the bounds."""
+    uri, opts = pk_table
+    want = history(uri, opts)
+    sizes = [sum(r.bytes for r in rec.ranges) for rec in CommitLog(open_store(uri, opts)).records()]
+    assert len(sizes) == 3 and all(sizes)
+    summary = compact(TableView(uri, opts), max_bytes_per_round=sizes[0] + sizes[1])
+    assert [(r.after_seq, r.upto_seq) for r in summary.rounds] == [(0, 2), (2, 3)]
+    assert base_rows(uri, opts) == want
+    for rec in (batch([1, 2], "x"), batch([3], "y")):
+        write(uri, opts, new_shard(), [rec])
+    summary = compact(TableView(uri, opts), max_bytes_per_round=1)
+    assert [(r.after_seq, r.upto_seq) for r in summary.rounds] == [(3, 4), (4, 5)]
+    assert base_rows(uri, opts) == want | {1: "x-1", 2: "x-2", 3: "y-3"}
 
 
 @pytest.mark.parametrize("join", ["index", "scan"])

@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 import click
 
+from ..rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
 from .errors import EPILOG, EXIT_RETRY, CliError
 from .params import json_opt, open_table, storage_opt
 from .render import emit_json, human_size, new_console
@@ -14,13 +15,18 @@ from .render import emit_json, human_size, new_console
 @click.command(epilog=EPILOG, short_help="Fold committed WAL entries into the base Lance table.")
 @click.argument("uri", metavar="PATH")
 @click.option("--dry-run", is_flag=True, help="say how much is pending; change nothing")
-@click.option("--max-records-per-round", type=click.IntRange(min=1), default=256,
-              show_default=True, help="commit records folded by one base-table commit")
+@click.option("--max-records-per-round", type=click.IntRange(min=1),
+              default=DEFAULT_MAX_RECORDS, show_default=True,
+              help="commit records folded by one base-table commit")
+@click.option("--max-bytes-per-round", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES,
+              show_default=True, help="Arrow bytes of rows one round holds in memory (a "
+              "larger commit record is a round of its own)")
 @click.option("--max-rounds", type=click.IntRange(min=1), default=None,
               help="stop after this many rounds (default: until up to date)")
 @json_opt
 @storage_opt
-def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int | None,
+def compact(uri: str, dry_run: bool, max_records_per_round: int, max_bytes_per_round: int,
+            max_rounds: int | None,
             as_json: bool, storage: dict[str, str]) -> None:
     """Fold committed WAL entries into the base Lance table, exactly once.
 
@@ -67,7 +73,8 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_rounds: int
                   console=new_console(), disable=as_json, transient=True) as bar:
         task = bar.add_task("compact", total=pending, round="-")
         summary = run_compaction(
-            table, max_records_per_round=max_records_per_round, max_rounds=max_rounds,
+            table, max_records_per_round=max_records_per_round,
+            max_bytes_per_round=max_bytes_per_round, max_rounds=max_rounds,
             progress=lambda r, left: bar.update(task, completed=pending - left,
                                                 round=r.number))
     if as_json:

@@ -42,7 +42,6 @@ import pyarrow as pa
 
 from ..commit import CommittedRange
 from ..compact import (
-    DEFAULT_MAX_RECORDS,
     CompactionSummary,
     RoundResult,
     commit_round,
@@ -51,6 +50,7 @@ from ..compact import (
     sstable_marks,
 )
 from ..compact import compact as core_compact
+from ..rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
 from ..table import CompactionRound, TableView, last_per_key
 from ..table_schema import data_schema, primary_key_of
 
@@ -119,7 +119,8 @@ def _round_on_spark(spark, storage_options: dict[str, str]):
 
 
 def compact(spark, path: str, storage_options: Mapping[str, str] | None = None, *,
-            max_records_per_round: int = DEFAULT_MAX_RECORDS, max_rounds: int | None = None,
+            max_records_per_round: int = DEFAULT_MAX_RECORDS,
+            max_bytes_per_round: int = DEFAULT_MAX_BYTES, max_rounds: int | None = None,
             dry_run: bool = False) -> CompactionSummary:
     """Fold committed WAL entries into the base table with Spark tasks reading the WAL.
 
@@ -139,7 +140,8 @@ def compact(spark, path: str, storage_options: Mapping[str, str] | None = None, 
                  path, done, left)
 
     summary = core_compact(table, max_records_per_round=max_records_per_round,
-                           max_rounds=max_rounds, dry_run=dry_run, progress=progress,
+                           max_bytes_per_round=max_bytes_per_round, max_rounds=max_rounds,
+                           dry_run=dry_run, progress=progress,
                            run_round=_round_on_spark(spark, opts))
     mine = [r for r in summary.rounds if r.committed]
     log.info("memwal spark compaction %s: %s%d round(s) (%d committed here), %d rows merged, "

@@ -306,6 +306,17 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
 
 
 @pytest.mark.parametrize("backend", ["local"])
+def test_compact_bounds_a_round_by_bytes(location):
+    uri, _, _ = pk_table_with_commits(location, 3, nbytes=1000)
+    out = invoke("compact", uri, "--max-bytes-per-round", "2000", "--json")
+    assert out.exit_code == 0, out.output
+    rounds = json.loads(out.stdout)["rounds"]
+    assert [(r["after_seq"], r["upto_seq"]) for r in rounds] == [(0, 2), (2, 3)]
+    out = invoke("compact", uri, "--max-bytes-per-round", "0")
+    assert out.exit_code != 0 and "--max-bytes-per-round" in out.output
+
+
+@pytest.mark.parametrize("backend", ["local"])
 def test_gc_dry_run_lists_then_deletes(location, monkeypatch):
     from memwal_datasource.compact import compact
     from memwal_datasource.store import LocalStore
