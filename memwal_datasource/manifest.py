@@ -13,6 +13,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from . import hooks
 from .errors import CorruptEntryError, Fenced, ShardSealedError, StoreError
@@ -24,9 +25,10 @@ from .manifest_format import (
     encode_manifest,
     encode_version_hint,
 )
-from .store import ObjectStore, put_resolved, read_both
+from .store import ObjectStore, beside, put_resolved, read_both
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A claim or update loses a race only when another process wrote the same
 # version; this bounds a pathological livelock, not ordinary contention.
@@ -131,27 +133,67 @@ class ManifestStore:
             self._known = m
         return m
 
+    def _hinted_latest(self) -> ShardManifest | None:
+        """On an object store, knowing no version yet: the hinted version read at once
+        with the probe past it (two round trips after the hint's, not three). ``None``
+        when the hint is missing, stale (a newer version exists) or names a collected
+        version: then the full look decides. A version is immutable, so reading it
+        beside the probe is the same as reading it after; the probe decides."""
+        hint = self._hint()
+        if hint is None:
+            return None
+
+        def load() -> ShardManifest | Exception:
+            try:
+                return self.load(hint)
+            except (FileNotFoundError, CorruptEntryError) as exc:
+                return exc  # only an error if the hinted version is the latest
+
+        got, newer = read_both(self.store, load, lambda: self._exists(hint + 1))
+        if newer or isinstance(got, FileNotFoundError):
+            return None
+        if isinstance(got, Exception):
+            raise got
+        return got
+
     def latest(self) -> ShardManifest | None:
         """The latest manifest, or ``None`` if the shard does not exist yet."""
+        if self._known is None and self.store.remote:
+            hinted = self._hinted_latest()
+            if hinted is not None:
+                return hinted
         version = self.latest_version()
         known = self._known
         if known is not None and known.version == version:
             return known  # immutable once written (callers copy before changing it)
         return self.load(version) if version else None
 
-    def _write(self, m: ShardManifest) -> bool:
-        """Put version ``m.version``; ``True`` if it is ours, ``False`` if a rival's."""
+    def _write(self, m: ShardManifest, then: Callable[[ShardManifest], T] | None = None
+               ) -> tuple[bool, T | None]:
+        """Put version ``m.version``: (``True`` if it is ours, ``False`` if a rival's, and
+        what ``then(m)`` returned). When ours, the version hint's PUT follows, and
+        ``then(m)`` runs beside it (at once on an object store): ``then`` must not read
+        the hint. Both are done when this returns."""
         ours = put_resolved(self.store, manifest_key(self.shard_id, m.version),
                             encode_manifest(m), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms, what=self._where(m.version))
-        if ours:
-            self._known = m
-            try:
-                self.store.put(version_hint_key(self.shard_id), encode_version_hint(m.version))
-            except (StoreError, OSError) as exc:  # only a hint; readers probe past it
-                log.warning("shard %s: could not update version_hint.json: %s",
-                            self.shard_id, exc)
-        return ours
+        if not ours:
+            return False, None
+        self._known = m
+        if then is None:
+            self._put_hint(m.version)
+            return True, None
+        hint = beside(self.store, lambda: self._put_hint(m.version))
+        try:
+            return True, then(m)  # in this thread: hooks and stalls see the caller
+        finally:
+            hint.result()  # never raises: a hint that failed was logged
+
+    def _put_hint(self, version: int) -> None:
+        try:
+            self.store.put(version_hint_key(self.shard_id), encode_version_hint(version))
+        except (StoreError, OSError) as exc:  # only a hint; readers probe past it
+            log.warning("shard %s: could not update version_hint.json: %s", self.shard_id, exc)
 
     def initialize(self, shard_spec_id: int,
                    field_entries: list[tuple[str, bytes]]) -> ShardManifest:
@@ -168,7 +210,7 @@ class ManifestStore:
             return latest
         first = ShardManifest(shard_id=self.shard_id, version=1, writer_epoch=0,
                               shard_spec_id=shard_spec_id, shard_field_entries=list(field_entries))
-        if self._write(first):
+        if self._write(first)[0]:
             return first
         latest = self.latest()  # a racing creator (or claimer) won version 1
         assert latest is not None
@@ -182,6 +224,13 @@ class ManifestStore:
         stored epoch is still below the one it is claiming; if a concurrent
         claim took that epoch (or higher) it raises :class:`Fenced`.
         """
+        return self.claim_then(lambda m: None, create)[0]
+
+    def claim_then(self, then: Callable[[ShardManifest], T], create: bool = True
+                   ) -> tuple[ShardManifest, T]:
+        """:meth:`claim_epoch`, then ``then(new manifest)`` beside the version hint's PUT
+        (an opener finding the WAL tip: one round trip less on an object store).
+        ``then`` must not read the hint; both are done when this returns."""
         current = self.latest()
         if current is None and not create:
             raise StoreError(f"shard {self.shard_id} has no manifest in {self.store.uri}")
@@ -199,10 +248,15 @@ class ManifestStore:
             new.version = (current.version if current else 0) + 1
             new.writer_epoch = target
             new.claim_nonce = os.urandom(16)
-            if self._write(new):
+
+            def claimed(m: ShardManifest) -> T:
                 hooks.point("claim.written", shard=self.shard_id, epoch=target,
-                            version=new.version)
-                return new
+                            version=m.version)
+                return then(m)
+
+            ours, out = self._write(new, claimed)
+            if ours:
+                return new, out
             current = self.latest()
         raise StoreError(f"shard {self.shard_id}: gave up claiming after {_MAX_RACE_RETRIES} races")
 
@@ -228,7 +282,7 @@ class ManifestStore:
             new.claim_nonce = b""
             mutate(new)
             new.writer_epoch = current.writer_epoch
-            if self._write(new):
+            if self._write(new)[0]:
                 return new
         raise StoreError(f"shard {self.shard_id}: gave up updating after {_MAX_RACE_RETRIES} races")
 

@@ -148,9 +148,10 @@ class WalAppender:
         """
         manifests = manifests or ManifestStore(store, shard_id, retries=max_retries,
                                                retry_base_delay_ms=retry_base_delay_ms)
-        m = manifests.claim_epoch(create=create)
-        seed = max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1
-        tip = find_tip(store, manifests.shard_id, seed)
+        # The tip is found beside the claim's version-hint PUT (neither reads the other).
+        m, tip = manifests.claim_then(lambda m: find_tip(
+            store, manifests.shard_id,
+            max(m.wal_entry_position_last_seen, m.replay_after_wal_entry_position) + 1), create)
         hooks.point("open.tip", shard=manifests.shard_id, epoch=m.writer_epoch, tip=tip)
         appender = cls(store, manifests.shard_id, m.writer_epoch, tip,
                        max_retries=max_retries, retry_base_delay_ms=retry_base_delay_ms,

@@ -170,3 +170,39 @@ def test_initialize_records_identity_and_claims_copy_it(any_store):
     # An existing shard is never rewritten: the latest version comes back to be checked.
     again = ms.initialize(1, [("bucket", b"\x05\x00\x00\x00")])
     assert (again.version, again.shard_field_entries) == (2, [("bucket", b"\x03\x00\x00\x00")])
+
+
+def test_a_cold_latest_reads_the_hinted_version_beside_the_probe(proxied_location):
+    """On an object store a reader knowing no version reads the hint, then the hinted
+    version at once with the probe past it: two round trips, not four."""
+    from memwal_datasource.store import open_store
+
+    proxy, (uri, opts) = proxied_location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    for _ in range(3):
+        ManifestStore(store, shard).claim_epoch()
+    proxy.add_rule(fault="delay", delay_s=0.1)  # two reads sent together overlap
+    proxy.clear_records()
+    latest = ManifestStore(store, shard).latest()
+    assert (latest.version, latest.writer_epoch) == (3, 3)
+    assert sorted(r.method for r in proxy.records()) == ["GET", "GET", "HEAD"]
+    assert proxy.round_trips() == 2
+
+
+def test_a_cold_latest_past_a_damaged_or_collected_hinted_version(any_store):
+    """The hinted version is read beside the probe: damage there is no error when a newer
+    version exists, and a collected one sends the reader to the listing."""
+    ms = ManifestStore(any_store, new_shard())
+    for _ in range(3):
+        ms.claim_epoch()
+    any_store.put(version_hint_key(ms.shard_id), b'{"version": 2}')
+    any_store.put(manifest_key(ms.shard_id, 2), b"\xff\xfe garbage")
+    assert ManifestStore(any_store, ms.shard_id).latest().version == 3
+    any_store.put(version_hint_key(ms.shard_id), b'{"version": 1}')
+    any_store.delete(manifest_key(ms.shard_id, 1))
+    assert ManifestStore(any_store, ms.shard_id).latest().version == 3
+    any_store.put(version_hint_key(ms.shard_id), b'{"version": 3}')
+    any_store.put(manifest_key(ms.shard_id, 3), b"\xff\xfe garbage")
+    with pytest.raises(CorruptEntryError, match="version 3"):
+        ManifestStore(any_store, ms.shard_id).latest()  # the latest itself is damaged

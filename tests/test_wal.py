@@ -267,3 +267,29 @@ def test_append_keeps_user_schema_metadata(any_store):
     entry = WalTailer(any_store, shard).read(1)
     assert entry.schema.metadata[b"owner"] == b"me" and entry.schema.metadata[b"writer_epoch"]
     assert pa.Table.from_batches(entry.batches).num_rows == 1
+
+
+def test_an_opener_finds_the_tip_beside_its_claims_hint_put(proxied_location):
+    """A claim's version-hint PUT goes beside the opener's search for the WAL tip (one
+    round trip less), and lands before anything after the tip (the fence check reads the
+    hint; a hint landing late could regress a newer one)."""
+    from memwal_datasource.store import open_store
+
+    proxy, (uri, opts) = proxied_location
+    store = open_store(uri, opts)
+    shard = new_shard()
+    WalAppender.open(store, shard)  # epoch 1
+    # The hint PUT slower than the rest: a step not waiting for it would start ~0.4 s
+    # before it finished (the proxy stamps a reply's end just after relaying it).
+    proxy.add_rule(fault="delay", delay_s=0.5, method="PUT", key_pattern="version_hint")
+    proxy.add_rule(fault="delay", delay_s=0.1)
+    proxy.clear_records()
+    app = WalAppender.open(store, shard)
+    assert app.epoch == 2 and app.sentinel_position is not None
+    records = sorted(proxy.records(), key=lambda r: r.started)
+    hint = [r for r in records if r.method == "PUT" and r.path.endswith("version_hint.json")]
+    tip = [r for r in records if r.method == "HEAD" and "/wal/" in r.path]
+    assert len(hint) == 1 and tip
+    assert tip[0].started < hint[0].finished and hint[0].started < tip[0].finished  # beside
+    after = [r for r in records if r.started > tip[-1].finished]
+    assert after and all(r.started >= hint[0].finished - 0.05 for r in after)
