@@ -111,6 +111,27 @@ def test_rounds_stop_before_the_record_that_passes_the_byte_bound(pk_table):
     assert base_rows(uri, opts) == want | {1: "x-1", 2: "x-2", 3: "y-3"}
 
 
+def test_a_round_planned_over_collected_records_falls_back_to_the_record_bound(pk_table,
+                                                                              monkeypatch):
+    """A compactor that stalled while others folded and gc freed the records it plans
+    over cannot size its round by bytes: it plans by records, and its intent's put then
+    finds the round done (``next_round``)."""
+    from memwal_datasource.compact import round_end
+    from memwal_datasource.errors import MemWalError
+
+    uri, opts = pk_table
+    history(uri, opts)
+    table = TableView(uri, opts)
+    assert round_end(table, 0, 3, 1) == 1
+
+    def collected(after=0):
+        raise MemWalError("commit records before checkpoint 9 were garbage-collected")
+        yield  # a generator, as records() is
+
+    monkeypatch.setattr(table.commits, "records", collected)
+    assert round_end(table, 0, 3, 1) == 3
+
+
 @pytest.mark.parametrize("join", ["index", "scan"])
 def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
     """A round joins its rows to the base through the key's BTREE (a base large next to
