@@ -642,3 +642,30 @@ def test_reads_and_compaction_after_a_column_is_added(pk_table):
     base = TableView(uri, opts).dataset().to_table()
     assert {r["id"]: (r["v"], r["extra"]) for r in base.to_pylist()} == want
     assert {r["id"]: (r["v"], r["extra"]) for r in read_table(uri, opts).to_pylist()} == want
+
+
+def test_compactors_with_different_round_bounds_fold_each_record_once(pk_table):
+    """Two actors: compactor X, bounding rounds at one record's bytes, writes round 1's
+    intent and stalls; Y, with the default bounds, finds X's intent and folds exactly its
+    records as round 1, the rest as round 2. X wakes to a round already committed. The
+    intent fixes a round, whatever bounds each compactor was given."""
+    uri, opts = pk_table
+    shard = new_shard()
+    for i, tag in enumerate("abc"):
+        write(uri, opts, shard, [batch([i, 10 + i], tag)])
+    pause = Pause("compact.intent", "X")
+    t, out = in_thread("X", compact, TableView(uri, opts), max_bytes_per_round=1, max_rounds=1)
+    try:
+        assert pause.reached.wait(120)
+        rounds = compact(TableView(uri, opts)).rounds
+        assert [(r.number, r.after_seq, r.upto_seq, r.committed) for r in rounds] == [
+            (1, 0, 1, True), (2, 1, 3, True)]
+    finally:
+        pause.release()
+        t.join(120)
+    assert not t.is_alive() and "error" not in out, repr(out.get("error"))
+    assert [(r.number, r.committed) for r in out["result"].rounds] == [(1, False)]
+    want = {i: f"{tag}-{i}" for i, tag in enumerate("abc")}
+    want |= {10 + i: f"{tag}-{10 + i}" for i, tag in enumerate("abc")}
+    assert as_dict(TableView(uri, opts).dataset().to_table()) == want
+    assert every_reader(uri, opts) == want

@@ -190,6 +190,46 @@ def test_a_cold_latest_reads_the_hinted_version_beside_the_probe(proxied_locatio
     assert proxy.round_trips() == 2
 
 
+@pytest.mark.parametrize("during", ["load", "probe"])
+def test_a_cold_latest_sees_a_claim_landing_during_its_reads(any_store, during):
+    """Two actors: a claim lands while a reader that knows no version reads the hinted
+    version beside the probe past it. Landing before the probe, it is found (the probe
+    decides); landing only before the read of the hinted version, either version may
+    be answered, each the latest at a moment of the call, and never a damaged one."""
+    from tests.helpers import DelegatingStore
+
+    shard = new_shard()
+    for _ in range(2):
+        ManifestStore(any_store, shard).claim_epoch()
+    rival = ManifestStore(any_store, shard)
+    landed = threading.Event()
+
+    class ClaimDuring(DelegatingStore):
+        remote = True
+
+        def _claim_once(self):
+            if not landed.is_set():
+                landed.set()
+                rival.claim_epoch()
+
+        def get(self, key):
+            if during == "load" and key == manifest_key(shard, 2):
+                self._claim_once()
+            return self.inner.get(key)
+
+        def exists(self, key):
+            if during == "probe" and key == manifest_key(shard, 3):
+                self._claim_once()
+            return self.inner.exists(key)
+
+    got = ManifestStore(ClaimDuring(any_store), shard).latest()
+    assert landed.is_set()
+    if during == "probe":
+        assert (got.version, got.writer_epoch) == (3, 3)
+    else:
+        assert (got.version, got.writer_epoch) in ((2, 2), (3, 3))
+
+
 def test_a_cold_latest_past_a_damaged_or_collected_hinted_version(any_store):
     """The hinted version is read beside the probe: damage there is no error when a newer
     version exists, and a collected one sends the reader to the listing."""
