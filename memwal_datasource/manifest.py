@@ -135,7 +135,7 @@ class ManifestStore:
 
     def _hinted_latest(self) -> ShardManifest | None:
         """On an object store, knowing no version yet: the hinted version read at once
-        with the probe past it (two round trips after the hint's, not three). ``None``
+        with the probe past it (one round trip after the hint's, not three). ``None``
         when the hint is missing, stale (a newer version exists) or names a collected
         version: then the full look decides. A version is immutable, so reading it
         beside the probe is the same as reading it after; the probe decides."""

@@ -48,6 +48,6 @@ def compact(uri: str, storage_options: Mapping[str, str] | None = None,
 
     Keyword arguments go to :func:`memwal_datasource.compact.compact`
     (``max_records_per_round``, ``max_bytes_per_round``, ``max_rounds``, ``dry_run``,
-        ``progress``).
+    ``progress``).
     """
     return MemWalTable(uri, storage_options).compact(**kwargs)
