@@ -126,6 +126,7 @@ class CompactionSummary:
     pending_records: int = 0
     dry_run: bool = False
     pending_rows: int = 0  # rows the pending records name (tombstones included)
+    pending_bytes: int = 0  # their Arrow bytes (what bounds a round besides its records)
     primary_key: list[str] = field(default_factory=list)  # empty: keyed by the hidden ROW_KEY
 
     @property
@@ -446,9 +447,12 @@ def next_round(table: TableView, max_records: int,
     return table.round(number)  # another compactor fixed this round's records first
 
 
-def planned_rounds(pending_records: int, max_records_per_round: int) -> int:
-    """How many rounds a run folds ``pending_records`` in (a dry run's estimate)."""
-    return -(-pending_records // max_records_per_round)
+def planned_rounds(pending_records: int, max_records_per_round: int, pending_bytes: int = 0,
+                   max_bytes_per_round: int = DEFAULT_MAX_BYTES) -> int:
+    """How many rounds a run folds ``pending_records`` (of ``pending_bytes``) in: a dry
+    run's estimate (a record larger than the byte bound is a round of its own)."""
+    return max(-(-pending_records // max_records_per_round),
+               min(pending_records, -(-pending_bytes // max_bytes_per_round)))
 
 
 def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORDS,
@@ -471,6 +475,7 @@ def compact(table: TableView, *, max_records_per_round: int = DEFAULT_MAX_RECORD
     snap = table.snapshot(ds.version)
     summary = CompactionSummary(table.uri, pending_records=snap.pending_records,
                                 dry_run=dry_run, pending_rows=sum(r.rows for r in snap.tail),
+                                pending_bytes=sum(r.bytes for r in snap.tail),
                                 primary_key=primary_key_of(ds.schema))
     if dry_run:
         return summary

@@ -53,7 +53,8 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_bytes_per_r
     plan = run_compaction(table, dry_run=True)
     pending = plan.pending_records
     if dry_run or not pending:
-        rounds = planned_rounds(pending, max_records_per_round)
+        rounds = planned_rounds(pending, max_records_per_round, plan.pending_bytes,
+                                max_bytes_per_round)
         if max_rounds is not None:
             rounds = min(rounds, max_rounds)
         key = (f"merged on primary key {plan.primary_key}" if plan.primary_key

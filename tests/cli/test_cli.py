@@ -308,6 +308,9 @@ def test_compact_dry_run_then_compacts_and_says_so(location):
 @pytest.mark.parametrize("backend", ["local"])
 def test_compact_bounds_a_round_by_bytes(location):
     uri, _, _ = pk_table_with_commits(location, 3, nbytes=1000)
+    for bound, planned in (("2000", 2), ("1", 3), ("100000", 1)):
+        out = invoke("compact", uri, "--dry-run", "--max-bytes-per-round", bound, "--json")
+        assert json.loads(out.stdout)["planned_rounds"] == planned, out.output
     out = invoke("compact", uri, "--max-bytes-per-round", "2000", "--json")
     assert out.exit_code == 0, out.output
     rounds = json.loads(out.stdout)["rounds"]
