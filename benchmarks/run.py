@@ -25,7 +25,7 @@ from .harness import RESULTS_DIR, Ctx, Load, load_line, machine_info, machine_li
 SCENARIOS = ("throughput", "spark_write", "read", "worker_rss", "pk_write", "s3_client_cpu",
              "store_commits", "table_plan", "small_writes", "s3_server_cpu", "concurrency_no_spark",
              "spark_concurrency", "stream_latency", "worker_socket", "import_time",
-             "pk_compaction", "store_latency")
+             "pk_compaction", "store_latency", "driver_jit")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
 
 
