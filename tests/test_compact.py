@@ -172,6 +172,20 @@ def test_deletes_on_a_composite_key_compact(location):
     assert got == want
 
 
+def test_the_key_index_folds_its_missing_rows_when_they_outweigh_a_rewrite(backend):
+    """``index_due``: never while rounds scan the base or merged nothing; otherwise once
+    the rows the BTREE lacks reach ``INDEX_FOLD * sqrt(indexed * round rows)`` (10M
+    indexed, 100k a round: 1.6M, about every 16th round)."""
+    from memwal_datasource.compact import index_due
+
+    assert not index_due(2_000_000, 1_000_000, 100_000)  # 20 base rows a round row: scan
+    assert not index_due(20_000_000, 10_000_000, 0)
+    assert not index_due(11_500_000, 10_000_000, 100_000)
+    assert index_due(11_700_000, 10_000_000, 100_000)
+    assert not index_due(10_300_000, 10_000_000, 5_000)  # small rounds: rarely (358k)
+    assert index_due(10_400_000, 10_000_000, 5_000)
+
+
 @pytest.mark.parametrize("join", ["index", "scan"])
 def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
     """A round joins its rows to the base through the key's BTREE (a base large next to
