@@ -6,8 +6,9 @@ keys, half insert) go into the WAL by 4 in-process appends (untimed), then
 insert-all of the same rows (in memory) into a plain Lance table of the same size, both
 bases with a BTREE index on ``id`` (built untimed, once), and vs the same merge forced to
 scan the key column (``use_index(False)``): Lance's best join per base bounds how flat in
-base size a merge can be. A fresh copy of each base per repeat (data files hard linked).
-Replaces ``compaction``.
+base size a merge can be. And sustained: 32 appends of 200k upserts into 10M rows,
+compacted a round each (the key index's upkeep included) vs a ``merge_insert`` per append.
+A fresh copy of each base per repeat (data files hard linked). Replaces ``compaction``.
 """
 
 from __future__ import annotations
@@ -102,25 +103,76 @@ def _case(ctx: h.Ctx, base: int, upserts: int) -> dict[str, Any]:
             "floor_ratio": h.ratios(runs, MEMWAL, "rows_s", [FLOOR])[FLOOR]}
 
 
+SUSTAINED = "memwal compact(), a round per append"
+LANCE_EACH = "Lance merge_insert per append (Arrow in memory)"
+
+
+def _sustained(ctx: h.Ctx, base: int, upserts: int, rounds: int) -> dict[str, Any]:
+    """``rounds`` appends of ``upserts`` (each half updating the last one's inserts) into
+    one base: compaction of them all, a round each (its BTREE upkeep included), vs a plain
+    ``merge_insert`` per append into a Lance table (its index as Lance leaves it)."""
+    import lance
+
+    root = ctx.scratch("pkc-sustained")
+    srcs = {SUSTAINED: str(root / "memwal.lance"), LANCE_EACH: str(root / "lance.lance")}
+    for name, src in srcs.items():
+        _base(src, base, name == SUSTAINED)
+    batches = [h.arrow_rows(base - upserts // 2 + i * upserts // 2, upserts)
+               for i in range(rounds)]
+    total, final = upserts * rounds, base + rounds * upserts // 2
+
+    def memwal(r: int) -> dict[str, Any]:
+        uri = _copy(srcs[SUSTAINED], str(root / "run.lance"))
+        for b in batches:
+            h.inproc_append(uri, b, enable_memtable="false")
+        t = time.perf_counter()
+        done = compact(uri, max_records_per_round=1)
+        secs = time.perf_counter() - t
+        assert len(done.rounds) == rounds and lance.dataset(uri).count_rows() == final
+        return {"rows_s": total / secs, "seconds": secs}
+
+    def merge(r: int) -> dict[str, Any]:
+        ds = lance.dataset(_copy(srcs[LANCE_EACH], str(root / "run.lance")))
+        t = time.perf_counter()
+        for b in batches:
+            ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all(
+                ).execute(b)
+        secs = time.perf_counter() - t
+        assert lance.dataset(ds.uri).count_rows() == final
+        return {"rows_s": total / secs, "seconds": secs}
+
+    runs = h.alternate(ctx, {SUSTAINED: memwal, LANCE_EACH: merge}, warmup=0,
+                       label=f"{rounds} rounds into {base:,}: ")
+    shutil.rmtree(root, ignore_errors=True)
+    return {"base_rows": base, "rounds": rounds, "competitors": h.stats(runs),
+            "ratio": h.ratios(runs, SUSTAINED, "rows_s", [LANCE_EACH])[LANCE_EACH]}
+
+
 def run(ctx: h.Ctx) -> dict[str, Any]:
     upserts = ctx.pick(10_000, 200_000)
     cases = [_case(ctx, base, upserts)
              for base in ctx.pick((20_000, 100_000), (1_000_000, 10_000_000, 30_000_000))]
+    sus = _sustained(ctx, ctx.pick(100_000, 10_000_000), upserts, ctx.pick(3, 32))
     return {"title": f"{upserts:,} upserts into a primary-key base: memwal compaction vs Lance "
                      "merge_insert",
             "config": {"upserts": upserts, "wal": "4 in-process appends, enable_memtable=false"},
-            "cases": cases,
-            "panels": [h.panel(f"base {c['base_rows']:,} rows", c["competitors"], "rows_s",
-                               "rows/s") for c in cases],
+            "cases": cases, "sustained": sus,
+            "panels": [*(h.panel(f"base {c['base_rows']:,} rows", c["competitors"], "rows_s",
+                                 "rows/s") for c in cases),
+                       h.panel(f"{sus['rounds']} appends into {sus['base_rows']:,} rows",
+                               sus["competitors"], "rows_s", "rows/s")],
             "table": {"columns": ["base rows", "competitor", "upserted rows/s", "seconds"],
-                      "rows": [r for c in cases for r in h.rows(c["competitors"], [
+                      "rows": [r for c in [*cases, sus] for r in h.rows(c["competitors"], [
                           ("rows_s", "{:,.0f}"), ("seconds", "{:.3g}")], f"{c['base_rows']:,}")]},
             "targets": [*(h.target(f"base {c['base_rows']:,}: compaction / merge_insert rows/s "
                                    "(compaction also reads and dedups the WAL)", c["ratio"], 1.0)
                           for c in cases),
                         *(h.target(f"base {c['base_rows']:,}: compaction / a plain append of the "
                                    "same rows (the floor: no key join)", c["floor_ratio"])
-                          for c in cases), _flatness(cases), _lance_flatness(cases)]}
+                          for c in cases), _flatness(cases), _lance_flatness(cases),
+                        h.target(f"{sus['rounds']} appends of {upserts:,} upserts into "
+                                 f"{sus['base_rows']:,} rows, compacted a round each / a "
+                                 "merge_insert each rows/s", sus["ratio"])]}
 
 
 def _lance_flatness(cases: list[dict[str, Any]]) -> dict[str, Any]:
