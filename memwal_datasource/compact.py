@@ -357,18 +357,17 @@ def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted
                        deleted.num_rows, committed, time.perf_counter() - t0, version, fresh)
 
 
-def index_due(total_rows: int, indexed_rows: int, round_rows: int) -> bool:
-    """Whether to fold the rows the key's BTREE lacks into it now.
+def index_due(indexed_rows: int, missing_rows: int, round_rows: int) -> bool:
+    """Whether to fold the ``missing_rows`` the key's BTREE lacks into it now.
 
     Folding rewrites the index, O(base); until then every round's join scans the rows
     it lacks. Folding once they reach ``INDEX_FOLD * sqrt(indexed * round rows)`` balances
     the two (measured: 10M rows, 100k new per round, best near every 16th round). No
     folding while rounds join by scanning the base, which does not use the index.
     """
-    if round_rows <= 0 or total_rows <= SCAN_JOIN_MAX_RATIO * round_rows:
+    if round_rows <= 0 or indexed_rows + missing_rows <= SCAN_JOIN_MAX_RATIO * round_rows:
         return False  # nothing merged here, or rounds scan
-    missing = total_rows - indexed_rows
-    return missing > 0 and missing >= INDEX_FOLD * math.sqrt(indexed_rows * round_rows)
+    return missing_rows > 0 and missing_rows >= INDEX_FOLD * math.sqrt(indexed_rows * round_rows)
 
 
 def maintain_key_index(table: TableView, round_rows: int) -> None:
@@ -390,8 +389,10 @@ def maintain_key_index(table: TableView, round_rows: int) -> None:
             ds.create_scalar_index(pk[0], "BTREE")
             log.info("memwal compaction: created a BTREE index on key %s of %s",
                      pk[0], table.uri)
-        elif index_due(ds.count_rows(), index.num_rows_indexed, round_rows):
-            ds.optimize.optimize_indices()
+        else:
+            stats = ds.stats.index_stats(index.name)  # rows in fragments it does not cover
+            if index_due(stats["num_indexed_rows"], stats["num_unindexed_rows"], round_rows):
+                ds.optimize.optimize_indices()
     except (OSError, ValueError) as exc:
         log.warning("memwal compaction: could not maintain the index on %s (compaction stays "
                     "correct, only slower): %s", pk[0], exc)

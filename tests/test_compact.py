@@ -178,12 +178,31 @@ def test_the_key_index_folds_its_missing_rows_when_they_outweigh_a_rewrite(backe
     indexed, 100k a round: 1.6M, about every 16th round)."""
     from memwal_datasource.compact import index_due
 
-    assert not index_due(2_000_000, 1_000_000, 100_000)  # 20 base rows a round row: scan
-    assert not index_due(20_000_000, 10_000_000, 0)
-    assert not index_due(11_500_000, 10_000_000, 100_000)
-    assert index_due(11_700_000, 10_000_000, 100_000)
-    assert not index_due(10_300_000, 10_000_000, 5_000)  # small rounds: rarely (358k)
-    assert index_due(10_400_000, 10_000_000, 5_000)
+    assert not index_due(1_000_000, 1_000_000, 100_000)  # 20 base rows a round row: scan
+    assert not index_due(10_000_000, 10_000_000, 0)
+    assert not index_due(10_000_000, 1_500_000, 100_000)
+    assert index_due(10_000_000, 1_700_000, 100_000)
+    assert not index_due(10_000_000, 300_000, 5_000)  # small rounds: rarely (358k)
+    assert index_due(10_000_000, 400_000, 5_000)
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_a_round_folds_the_key_index_only_when_due(pk_table, fold, monkeypatch):
+    import importlib
+
+    compact_module = importlib.import_module("memwal_datasource.compact")
+    monkeypatch.setattr(compact_module, "SCAN_JOIN_MAX_RATIO", -1)
+    monkeypatch.setattr(compact_module, "INDEX_FOLD", 1e-9 if fold else 1e9)
+    uri, opts = pk_table
+    table = TableView(uri, opts)
+    write(uri, opts, new_shard(), [batch(range(10), "a")])
+    compact(table)  # builds the index over the round's rows
+    write(uri, opts, new_shard(), [batch(range(5, 30), "b")])
+    compact(table)
+    stats = table.dataset().stats.index_stats("id_idx")
+    assert stats["num_unindexed_rows"] == (0 if fold else 25), stats  # updates are new rows
+    assert base_rows(uri, opts) == {i: f"a-{i}" for i in range(5)} | {
+        i: f"b-{i}" for i in range(5, 30)}
 
 
 @pytest.mark.parametrize("join", ["index", "scan"])
