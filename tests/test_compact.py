@@ -172,27 +172,13 @@ def test_deletes_on_a_composite_key_compact(location):
     assert got == want
 
 
-def test_the_key_index_folds_its_missing_rows_when_they_outweigh_a_rewrite(backend):
-    """``index_due``: never while rounds scan the base or merged nothing; otherwise once
-    the rows the BTREE lacks reach ``INDEX_FOLD * sqrt(indexed * round rows)`` (10M
-    indexed, 100k a round: 1.6M, about every 16th round)."""
-    from memwal_datasource.compact import index_due
-
-    assert not index_due(1_000_000, 1_000_000, 100_000)  # 20 base rows a round row: scan
-    assert not index_due(10_000_000, 10_000_000, 0)
-    assert not index_due(10_000_000, 1_500_000, 100_000)
-    assert index_due(10_000_000, 1_700_000, 100_000)
-    assert not index_due(10_000_000, 300_000, 5_000)  # small rounds: rarely (358k)
-    assert index_due(10_000_000, 400_000, 5_000)
-
-
 @pytest.mark.parametrize("fold", [True, False])
 def test_a_round_folds_the_key_index_only_when_due(pk_table, fold, monkeypatch):
     import importlib
 
-    compact_module = importlib.import_module("memwal_datasource.compact")
-    monkeypatch.setattr(compact_module, "SCAN_JOIN_MAX_RATIO", -1)
-    monkeypatch.setattr(compact_module, "INDEX_FOLD", 1e-9 if fold else 1e9)
+    merge_join = importlib.import_module("memwal_datasource.merge_join")
+    monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1)
+    monkeypatch.setattr(merge_join, "INDEX_FOLD", 1e-9 if fold else 1e9)
     uri, opts = pk_table
     table = TableView(uri, opts)
     write(uri, opts, new_shard(), [batch(range(10), "a")])
@@ -214,8 +200,8 @@ def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
 
     from lance.dataset import MergeInsertBuilder
 
-    compact_module = importlib.import_module("memwal_datasource.compact")
-    monkeypatch.setattr(compact_module, "SCAN_JOIN_MAX_RATIO", -1 if join == "index" else 10**9)
+    merge_join = importlib.import_module("memwal_datasource.merge_join")
+    monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1 if join == "index" else 10**9)
     scans: list[bool] = []
     use_index = MergeInsertBuilder.use_index
     monkeypatch.setattr(MergeInsertBuilder, "use_index",
@@ -242,8 +228,8 @@ def test_a_large_batch_joins_through_the_index_within_lances_memory_pool(pk_tabl
     first, commits nothing, and the round compacts once the pool is raised."""
     import importlib
 
-    compact_module = importlib.import_module("memwal_datasource.compact")
-    monkeypatch.setattr(compact_module, "SCAN_JOIN_MAX_RATIO", -1)  # always the index
+    merge_join = importlib.import_module("memwal_datasource.merge_join")
+    monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1)  # always the index
     uri, opts = pk_table
     table = TableView(uri, opts)
     write(uri, opts, new_shard(), [batch(range(10), "a")])
