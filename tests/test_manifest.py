@@ -11,7 +11,35 @@ from memwal_datasource.errors import CorruptEntryError, Fenced, ShardSealedError
 from memwal_datasource.format import manifest_key, version_hint_key
 from memwal_datasource.manifest import ManifestStore, list_shards
 from memwal_datasource.manifest_format import SHARD_ACTIVE, SHARD_SEALED
-from tests.helpers import new_shard
+from tests.helpers import DelegatingStore, new_shard
+
+
+class ClaimBefore(DelegatingStore):
+    """An object store (reads may go at once) where a rival claims ``shard`` once, just
+    before the GET of ``get_key`` or the existence probe of ``exists_key``."""
+
+    remote = True
+
+    def __init__(self, inner, shard: str, get_key: str | None, exists_key: str | None):
+        super().__init__(inner)
+        self.rival = ManifestStore(inner, shard)
+        self.get_key, self.exists_key = get_key, exists_key
+        self.landed = threading.Event()
+
+    def _claim_once(self) -> None:
+        if not self.landed.is_set():
+            self.landed.set()
+            self.rival.claim_epoch()
+
+    def get(self, key):
+        if key == self.get_key:
+            self._claim_once()
+        return self.inner.get(key)
+
+    def exists(self, key):
+        if key == self.exists_key:
+            self._claim_once()
+        return self.inner.exists(key)
 
 
 def test_claim_creates_then_increments(any_store):
@@ -74,37 +102,17 @@ def test_fence_check_sees_a_claim_landing_between_its_two_reads(any_store, durin
     once, in no fixed order. A claim that lands after one read began but before the
     other does is seen through the other: the hint names the new version, or the probe
     finds it (the hint may still be old, or already read)."""
-    from tests.helpers import DelegatingStore
-
     shard = new_shard()
     ms = ManifestStore(any_store, shard)
     mine = ms.claim_epoch()
-    rival = ManifestStore(any_store, shard)
-    landed = threading.Event()
-
-    class ClaimDuring(DelegatingStore):
-        remote = True
-
-        def _claim_once(self):
-            if not landed.is_set():
-                landed.set()
-                rival.claim_epoch()
-
-        def get(self, key):
-            if during == "hint" and key == version_hint_key(shard):
-                self._claim_once()  # lands before the hint is read (the probe may be done)
-            return self.inner.get(key)
-
-        def exists(self, key):
-            if during == "probe" and key == manifest_key(shard, mine.version + 1):
-                self._claim_once()  # the claim lands just before the probe
-            return self.inner.exists(key)
-
-    watched = ManifestStore(ClaimDuring(any_store), shard)
+    # Lands before the hint is read (the probe may be done), or just before the probe.
+    store = ClaimBefore(any_store, shard, version_hint_key(shard) if during == "hint" else None,
+                        manifest_key(shard, mine.version + 1) if during == "probe" else None)
+    watched = ManifestStore(store, shard)
     watched._known = mine
     with pytest.raises(Fenced):
         watched.check_fenced(mine.writer_epoch)
-    assert landed.is_set()
+    assert store.landed.is_set()
 
 
 def test_commit_update_gap_free_and_keeps_epoch(any_store):
@@ -196,34 +204,13 @@ def test_a_cold_latest_sees_a_claim_landing_during_its_reads(any_store, during):
     version beside the probe past it. Landing before the probe, it is found (the probe
     decides); landing only before the read of the hinted version, either version may
     be answered, each the latest at a moment of the call, and never a damaged one."""
-    from tests.helpers import DelegatingStore
-
     shard = new_shard()
     for _ in range(2):
         ManifestStore(any_store, shard).claim_epoch()
-    rival = ManifestStore(any_store, shard)
-    landed = threading.Event()
-
-    class ClaimDuring(DelegatingStore):
-        remote = True
-
-        def _claim_once(self):
-            if not landed.is_set():
-                landed.set()
-                rival.claim_epoch()
-
-        def get(self, key):
-            if during == "load" and key == manifest_key(shard, 2):
-                self._claim_once()
-            return self.inner.get(key)
-
-        def exists(self, key):
-            if during == "probe" and key == manifest_key(shard, 3):
-                self._claim_once()
-            return self.inner.exists(key)
-
-    got = ManifestStore(ClaimDuring(any_store), shard).latest()
-    assert landed.is_set()
+    store = ClaimBefore(any_store, shard, manifest_key(shard, 2) if during == "load" else None,
+                        manifest_key(shard, 3) if during == "probe" else None)
+    got = ManifestStore(store, shard).latest()
+    assert store.landed.is_set()
     if during == "probe":
         assert (got.version, got.writer_epoch) == (3, 3)
     else:
