@@ -7,6 +7,7 @@ user can act on the message without reading a stack trace.
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 
 class MemWalError(Exception):
@@ -141,3 +142,18 @@ _NATIVE_LOCATION = re.compile(r",?\s*[^\s,]*\brust/[^\s,]*\.rs:\d+(?::\d+)?")
 def without_native_locations(text: str) -> str:
     """``text`` without the Rust source paths pylance appends (``.../rust/lance/src/...rs:1:2``)."""
     return _NATIVE_LOCATION.sub("", str(text)).strip()
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def raised_again(exc: E) -> E:
+    """``exc``, a stored terminal error, ready to be raised once more: its traceback cleared.
+
+    A failed writer or lease raises its first error from every later call. Raising
+    one exception object again chains that raise's frames onto its traceback, so
+    every earlier caller's frames (and their locals: a task's rows, its writer)
+    would stay alive as long as the error does, and the collector would walk them
+    all after every request of a Spark worker.
+    """
+    return exc.with_traceback(None)

@@ -17,6 +17,7 @@ import time
 from concurrent import futures
 from typing import Protocol
 
+from .errors import raised_again
 from .lease_records import Holder, Lease, LeaseLost
 
 log = logging.getLogger("memwal_datasource.leases")
@@ -177,7 +178,7 @@ class HeldLease:
         with self._lock:
             error = self._error
         if error is not None:
-            raise error
+            raise raised_again(error)
 
     def relabel(self, holder: Holder) -> None:
         """Name ``holder`` as the lease's holder from now on (raises :class:`LeaseLost`)."""

@@ -34,7 +34,14 @@ import pyarrow as pa
 
 from . import hooks
 from .config import ShardWriterConfig
-from .errors import ConfigError, Fenced, MemWalError, NotInThisMode, WriterPoisoned
+from .errors import (
+    ConfigError,
+    Fenced,
+    MemWalError,
+    NotInThisMode,
+    WriterPoisoned,
+    raised_again,
+)
 from .lance_manifest import compacted_generations
 from .manifest import ManifestStore
 from .manifest_format import ShardManifest
@@ -316,7 +323,7 @@ class NativeShardWriter(ShardWriter):
 
     def put(self, batches) -> None:
         if self._error is not None:
-            raise self._error
+            raise raised_again(self._error)
         items = [check_schema(self.shard_id, self.schema, b) for b in as_batches(batches)]
         items = [b for b in items if b.num_rows]
         if not items:
@@ -337,7 +344,7 @@ class NativeShardWriter(ShardWriter):
 
     def flush(self) -> None:
         if self._error is not None:
-            raise self._error
+            raise raised_again(self._error)
         if not self.config.durable_write:
             raise NotInThisMode(
                 f"shard {self.shard_id}: pylance's native writer has no flush(); with "
@@ -347,7 +354,7 @@ class NativeShardWriter(ShardWriter):
     def close(self) -> None:
         if self._closed:
             if self._error is not None:
-                raise self._error
+                raise raised_again(self._error)
             return
         self._closed = True
         try:
@@ -357,7 +364,7 @@ class NativeShardWriter(ShardWriter):
                                                    self._manifests)
         self._final = self._collect()
         if self._error is not None:
-            raise self._error
+            raise raised_again(self._error)
         self._final.rows_durable += self._final.rows_not_durable
         self._final.rows_not_durable = 0
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from . import hooks
-from .errors import Fenced, MissingEntryError, OutcomeUnknown, WriterPoisoned
+from .errors import Fenced, MissingEntryError, OutcomeUnknown, WriterPoisoned, raised_again
 from .format import (
     MEM_WAL_DIR,
     WalEntry,
@@ -201,7 +201,7 @@ class WalAppender:
         """
         with self._sync_lock:
             if self._sync_error is not None:  # the keys it lost are not durable: never again
-                raise self._sync_error
+                raise raised_again(self._sync_error)
             with self._unsynced_lock:
                 keys, self._unsynced = self._unsynced, []
             self._names_pending += keys
@@ -220,7 +220,7 @@ class WalAppender:
         """Make ``exc`` terminal: every later call raises it again."""
         if self._error is None:
             self._error = exc
-        return self._error
+        return raised_again(self._error)
 
     def _poison(self, why: str) -> WriterPoisoned:
         return self._fail(WriterPoisoned(
@@ -272,7 +272,7 @@ class WalAppender:
 
     def _append_bytes(self, data: bytes | pa.Buffer) -> AppendResult:
         if self._error is not None:
-            raise self._error
+            raise raised_again(self._error)
         if time.monotonic() - self._last_ok > FENCE_RECHECK_IDLE_S:
             self._check_fence()
         conflicts = 0

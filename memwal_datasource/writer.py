@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from . import hooks
 from .config import ShardWriterConfig
-from .errors import MemWalError, WriterStalled
+from .errors import MemWalError, WriterStalled, raised_again
 from .format import FieldId, encode_wal_buffer, wal_entry_schema
 from .wal import WalAppender
 from .writer_base import FlushTiming, ShardWriter, WriterStats, as_batches, check_schema
@@ -216,7 +216,7 @@ class WalOnlyShardWriter(ShardWriter):
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise self._error
+            raise raised_again(self._error)
 
     def _wait(self, ready, what: str) -> None:
         """Wait on the condition until ``ready()``; surface errors and stalls."""

@@ -211,6 +211,15 @@ class WriterPool:
             return None
         return kept.held.lease
 
+    def discard(self, key: Hashable, shard: str, why: str) -> None:
+        """Drop the writer kept for ``key`` on ``shard``, if any: it may never be reused
+        (``why``: fenced, say)."""
+        with self._lock:
+            kept = self._kept.pop((key, shard), None)
+        if kept is not None:
+            log.info("memwal: dropping the kept writer of shard %s (%s)", shard, why)
+            kept.drop()
+
     def shards(self, key: Hashable, not_job: str | None = None,
                partition: int | None = None) -> list[str]:
         """Shards with a writer kept for ``key`` (and last given back by a task of a job

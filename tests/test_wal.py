@@ -56,6 +56,28 @@ def test_reopen_fences_old_writer_with_sentinel_at_tip(any_store):
     assert rows(tailer) == [0, 1, 2, 3]  # sentinels never appear as rows
 
 
+def _traceback_depth(exc: BaseException) -> int:
+    depth, tb = 0, exc.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth
+
+
+def test_a_fenced_writer_keeps_no_frames_of_the_calls_it_refused(any_store):
+    """Its stored error is raised by every later call: raised as one object, each raise
+    chained its frames (and their locals) onto it, so a kept writer fenced in a Spark
+    worker kept every later task's stack alive."""
+    shard = new_shard()
+    old = WalAppender.open(any_store, shard, schema=SCHEMA)
+    WalAppender.open(any_store, shard, schema=SCHEMA)
+    depths = []
+    for _ in range(20):
+        with pytest.raises(Fenced) as info:
+            old.check_fence()
+        depths.append(_traceback_depth(info.value))
+    assert max(depths) == depths[0] <= 3, depths
+    assert _traceback_depth(old._error) <= 3
+
 def test_open_seeds_next_position_from_manifest_hint(any_store):
     shard = new_shard()
     app = WalAppender.open(any_store, shard)

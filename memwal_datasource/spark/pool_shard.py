@@ -4,7 +4,10 @@ writer group's pool, continuing a writer its Python worker kept where it may.
 A task leases a free shard of the pool before its first row: its partition id's
 slot when free (uncontended jobs reuse the same shards), else one this process
 keeps a writer on (:mod:`memwal_datasource.writer_pool`), else the next free slot;
-with ``num_shards`` it waits for one of those. Tables with a sharding spec write
+with ``num_shards`` it waits for one of those. A free slot where another process
+keeps an idle writer comes last: claiming it would fence that writer, and that
+process's next task would claim it back, each turn a claim (Spark hands tasks to
+its idle Python workers in turn). Tables with a sharding spec write
 through :mod:`memwal_datasource.spark.shard_turns` instead.
 """
 
@@ -139,6 +142,9 @@ class PoolShard:
         lease, fenced = read_both(
             store, lambda: self.leases.take_after(record, self.holder, prove_later=later),
             lambda: POOL.fence_of(key, home))
+        if fenced is not None:
+            # Fenced for good: gone now, so that no later task checks it again.
+            POOL.discard(key, home, fenced)
         if lease is None:
             return False
         if later and fenced is not None and not self.leases.prove_taken(lease, record):
@@ -210,7 +216,8 @@ class PoolShard:
             if w == 0:
                 order = self._kept_after_home(order)
             try:
-                shard, lease = self.leases.pick_free(order, self.holder)
+                shard, lease = self.leases.pick_free(order, self.holder,
+                                                     defer=self._kept_by_another)
             except NoFreeShard:
                 continue
             self._hold(lease)
@@ -238,7 +245,7 @@ class PoolShard:
         waited, delay = 0.0, 0.05
         while True:
             try:
-                shard, lease = leases.pick_free(pool, holder)
+                shard, lease = leases.pick_free(pool, holder, defer=self._kept_by_another)
             except NoFreeShard as exc:
                 others = [x for x in exc.leases if x.holder.job_id != holder.job_id]
                 if others and waited >= opts.lease_wait_s:

@@ -444,5 +444,7 @@ def test_a_stale_kept_writer_never_claims_a_shard_another_live_writer_holds(loca
     assert not store.exists(freed)  # its stray record there was deleted again
     assert leases.current(shard) == live
     assert ManifestStore(store, shard).latest().writer_epoch == appender.epoch  # not fenced
+    # The fenced writer is gone from the pool, not checked again by every later task.
+    assert {s for _key, s in POOL._kept} == {msg.shard_id}
     writer.commit([msg])
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
