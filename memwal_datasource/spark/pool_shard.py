@@ -4,10 +4,11 @@ writer group's pool, continuing a writer its Python worker kept where it may.
 A task leases a free shard of the pool before its first row: its partition id's
 slot when free (uncontended jobs reuse the same shards), else one this process
 keeps a writer on (:mod:`memwal_datasource.writer_pool`), else the next free slot;
-with ``num_shards`` it waits for one of those. A free slot where another process
-keeps an idle writer comes last: claiming it would fence that writer, and that
-process's next task would claim it back, each turn a claim (Spark hands tasks to
-its idle Python workers in turn). Tables with a sharding spec write
+with ``num_shards`` it waits for one of those. For a first attempt, a free slot
+where another process keeps an idle writer comes last: claiming it would fence
+that writer, and that process's next task would claim it back, each turn a claim
+(Spark hands tasks to its idle Python workers in turn). A retry claims its slot
+anew wherever a writer was kept, fencing it. Tables with a sharding spec write
 through :mod:`memwal_datasource.spark.shard_turns` instead.
 """
 
@@ -173,6 +174,12 @@ class PoolShard:
         h, me = lease.holder, self.holder
         return h.kept and (h.host, h.pid) != (me.host, me.pid)
 
+    def _last(self):
+        """Which free slots a task takes last: on a first attempt that may keep its
+        writer, those where another process keeps an idle writer (see the module doc).
+        A retry takes them as any other: it claims anew and fences what was there."""
+        return self._kept_by_another if self.keepable else None
+
     def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
         """Where ``home`` is free but another process keeps a writer on it, a shard this
         process keeps one on (no claim on either side), if one is free; else ``None``.
@@ -216,8 +223,7 @@ class PoolShard:
             if w == 0:
                 order = self._kept_after_home(order)
             try:
-                shard, lease = self.leases.pick_free(order, self.holder,
-                                                     defer=self._kept_by_another)
+                shard, lease = self.leases.pick_free(order, self.holder, defer=self._last())
             except NoFreeShard:
                 continue
             self._hold(lease)
@@ -245,7 +251,7 @@ class PoolShard:
         waited, delay = 0.0, 0.05
         while True:
             try:
-                shard, lease = leases.pick_free(pool, holder, defer=self._kept_by_another)
+                shard, lease = leases.pick_free(pool, holder, defer=self._last())
             except NoFreeShard as exc:
                 others = [x for x in exc.leases if x.holder.job_id != holder.job_id]
                 if others and waited >= opts.lease_wait_s:

@@ -17,6 +17,7 @@ import pytest
 from memwal_datasource.commit import CommitLog
 from memwal_datasource.leases import Holder, Leases
 from memwal_datasource.spark.options import WriteOptions
+from memwal_datasource.spark.writer import TaskJob
 from memwal_datasource.store import open_store
 from memwal_datasource.table import create_table, read_table
 from tests.spark import placement_worker
@@ -29,7 +30,8 @@ class Worker:
                                 kwargs=options)
         self.proc.start()
 
-    def append(self, ids: list[int]) -> tuple:
+    def append(self, ids) -> tuple:
+        """``ids`` appended by one job; or ``(ids, job, attempt, commit)``."""
         self.conn.send(ids)
         assert self.conn.poll(120), "the worker answered"
         return self.conn.recv()
@@ -104,3 +106,28 @@ def test_a_worker_keeping_nothing_leaves_the_other_workers_idle_writer_alone(loc
     assert a_writers == {(home, 1)}, "a's writer was never fenced"
     assert len(b_writers) == 1 and next(iter(b_writers))[0] != home, b_writers
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == list(range(10))
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_retry_in_another_worker_claims_the_slot_and_fences_the_kept_writer(location):
+    """Attempt 0 wrote and its worker kept the writer, idle; the driver never saw it
+    succeed, and Spark retries the task in another worker. The retry claims the slot
+    anew (it never goes elsewhere to spare a kept writer, as a first attempt does), so
+    the kept writer is fenced; the next first attempt in that worker leases elsewhere
+    or claims anew, and every committed row is there once."""
+    uri, opts = location
+    home = WriteOptions.parse({"path": uri}).shard_for(0)
+    create_table(uri, placement_worker.SCHEMA, storage_options=opts)
+    ctx = mp.get_context("spawn")
+    a, b = Worker(ctx, uri, opts, {}), Worker(ctx, uri, opts, {})
+    try:
+        job = TaskJob.new()
+        lost = a.append(([0], job, 0, False))  # its success never reached the driver
+        retry = b.append(([0], job, 1, True))
+        after = a.append([1])
+    finally:
+        a.stop()
+        b.stop()
+    assert lost[0] == retry[0] == home and retry[1] > lost[1], (lost, retry)
+    assert after[:2] != lost[:2], "the fenced kept writer was not continued"
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [0, 1]
