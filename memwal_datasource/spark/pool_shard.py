@@ -4,11 +4,12 @@ writer group's pool, continuing a writer its Python worker kept where it may.
 A task leases a free shard of the pool before its first row: its partition id's
 slot when free (uncontended jobs reuse the same shards), else one this process
 keeps a writer on (:mod:`memwal_datasource.writer_pool`), else the next free slot;
-with ``num_shards`` it waits for one of those. For a first attempt, a free slot
-where another process keeps an idle writer comes last: claiming it would fence
-that writer, and that process's next task would claim it back, each turn a claim
-(Spark hands tasks to its idle Python workers in turn). A retry claims its slot
-anew wherever a writer was kept, fencing it. Tables with a sharding spec write
+with ``num_shards`` it waits for one of those. A first attempt takes last a free
+slot that another process took from a writer this process kept there and now
+keeps an idle writer on: claiming it back would fence that writer, whose process
+would claim it back in turn, a claim on every turn (Spark hands tasks to its idle
+Python workers in turn). A retry claims its slot anew wherever a writer was kept,
+fencing it. Tables with a sharding spec write
 through :mod:`memwal_datasource.spark.shard_turns` instead.
 """
 
@@ -145,7 +146,7 @@ class PoolShard:
             lambda: POOL.fence_of(key, home))
         if fenced is not None:
             # Fenced for good: gone now, so that no later task checks it again.
-            POOL.discard(key, home, fenced)
+            POOL.discard_fenced(key, home, fenced)
         if lease is None:
             return False
         if later and fenced is not None and not self.leases.prove_taken(lease, record):
@@ -176,9 +177,12 @@ class PoolShard:
 
     def _last(self):
         """Which free slots a task takes last: on a first attempt that may keep its
-        writer, those where another process keeps an idle writer (see the module doc).
-        A retry takes them as any other: it claims anew and fences what was there."""
-        return self._kept_by_another if self.keepable else None
+        writer, those another process took from a writer this process kept there, and
+        keeps an idle writer on now (see the module doc). A retry takes them as any
+        other slot: it claims anew and fences what was there."""
+        if not self.keepable:
+            return None
+        return lambda lease: self._kept_by_another(lease) and POOL.lost_lately(lease.shard)
 
     def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
         """Where ``home`` is free but another process keeps a writer on it, a shard this

@@ -85,27 +85,29 @@ def test_two_workers_taking_turns_on_one_slot_each_continue_their_own_shard(loca
 
 @pytest.mark.parametrize("options", [{}, {"num_shards": "2"}], ids=["pool", "num_shards"])
 @pytest.mark.parametrize("backend", ["local", "s3"])
-def test_a_worker_keeping_nothing_leaves_the_other_workers_idle_writer_alone(location, options):
-    """The second worker's first task finds the slot free but kept by the first worker's
-    idle writer. Claiming it would fence that writer, whose worker would claim it back
-    on its next turn: a claim every turn (and a fenced writer checked by every later
-    task). It takes another free shard instead, and from then on each worker continues
-    its own writer."""
+def test_two_workers_taking_turns_from_the_start_claim_once_each(location, options):
+    """The second worker's first task finds the slot free (the first worker's writer is
+    kept there, idle) and takes it, as its partition's slot: a claim that fences the
+    kept writer. The first worker's next task finds its writer fenced and does not
+    claim the slot back (that worker would claim it back in turn, a claim every turn):
+    it takes another shard once, and from then on each worker continues its own."""
     uri, opts = location
     home = WriteOptions.parse({"path": uri, **options}).shard_for(0)
     create_table(uri, placement_worker.SCHEMA, storage_options=opts)
     ctx = mp.get_context("spawn")
     a, b = Worker(ctx, uri, opts, options), Worker(ctx, uri, opts, options)
     try:
-        results = [((a, b)[i % 2] is a, (a, b)[i % 2].append([i])) for i in range(10)]
+        results = [((a, b)[i % 2] is a, (a, b)[i % 2].append([i])) for i in range(12)]
     finally:
         a.stop()
         b.stop()
-    a_writers = {(s, e) for is_a, (s, e, _f, _l) in results if is_a}
-    b_writers = {(s, e) for is_a, (s, e, _f, _l) in results if not is_a}
-    assert a_writers == {(home, 1)}, "a's writer was never fenced"
-    assert len(b_writers) == 1 and next(iter(b_writers))[0] != home, b_writers
-    assert sorted(read_table(uri, opts).column("id").to_pylist()) == list(range(10))
+    writers = [(is_a, (s, e)) for is_a, (s, e, _f, _l) in results]
+    assert [w for _a, w in writers[:2]] == [(home, 1), (home, 2)], writers  # b took the slot
+    a_later = {w for is_a, w in writers if is_a and w != (home, 1)}
+    b_later = {w for is_a, w in writers if not is_a}
+    assert b_later == {(home, 2)}, writers  # b's writer was never fenced again
+    assert len(a_later) == 1 and next(iter(a_later))[0] != home, writers  # claimed once
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == list(range(12))
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
