@@ -155,7 +155,6 @@ class WriterPool:
         self.reaper = reaper  # False: the caller calls close_idle (tests)
         self.max_age_s = max_age_s
         self._kept: dict[tuple[Hashable, str], KeptWriter] = {}
-        self._lost: dict[str, float] = {}  # shard: when a kept writer there was found fenced
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
         self._wake = threading.Event()
@@ -212,25 +211,14 @@ class WriterPool:
             return None
         return kept.held.lease
 
-    def discard_fenced(self, key: Hashable, shard: str, why: str) -> None:
-        """Drop the writer kept for ``key`` on ``shard``, found fenced (``why``): it may
-        never be reused; and remember for a while that another writer took the shard
-        (:meth:`lost_lately`)."""
-        now = time.monotonic()
+    def discard(self, key: Hashable, shard: str, why: str) -> None:
+        """Drop the writer kept for ``key`` on ``shard``, if any: it may never be reused
+        (``why``: fenced, say)."""
         with self._lock:
             kept = self._kept.pop((key, shard), None)
-            self._lost = {s: t for s, t in self._lost.items() if now - t < self.max_age_s}
-            self._lost[shard] = now
         if kept is not None:
             log.info("memwal: dropping the kept writer of shard %s (%s)", shard, why)
             kept.drop()
-
-    def lost_lately(self, shard: str) -> bool:
-        """Whether a writer this process kept on ``shard`` was found fenced within the
-        last ``max_age_s`` (another process claimed the shard from it)."""
-        with self._lock:
-            t = self._lost.get(shard)
-        return t is not None and time.monotonic() - t < self.max_age_s
 
     def shards(self, key: Hashable, not_job: str | None = None,
                partition: int | None = None) -> list[str]:

@@ -4,12 +4,7 @@ writer group's pool, continuing a writer its Python worker kept where it may.
 A task leases a free shard of the pool before its first row: its partition id's
 slot when free (uncontended jobs reuse the same shards), else one this process
 keeps a writer on (:mod:`memwal_datasource.writer_pool`), else the next free slot;
-with ``num_shards`` it waits for one of those. A first attempt takes last a free
-slot that another process took from a writer this process kept there and now
-keeps an idle writer on: claiming it back would fence that writer, whose process
-would claim it back in turn, a claim on every turn (Spark hands tasks to its idle
-Python workers in turn). A retry claims its slot anew wherever a writer was kept,
-fencing it. Tables with a sharding spec write
+with ``num_shards`` it waits for one of those. Tables with a sharding spec write
 through :mod:`memwal_datasource.spark.shard_turns` instead.
 """
 
@@ -146,7 +141,7 @@ class PoolShard:
             lambda: POOL.fence_of(key, home))
         if fenced is not None:
             # Fenced for good: gone now, so that no later task checks it again.
-            POOL.discard_fenced(key, home, fenced)
+            POOL.discard(key, home, fenced)
         if lease is None:
             return False
         if later and fenced is not None and not self.leases.prove_taken(lease, record):
@@ -175,41 +170,29 @@ class PoolShard:
         h, me = lease.holder, self.holder
         return h.kept and (h.host, h.pid) != (me.host, me.pid)
 
-    def _last(self):
-        """Which free slots a task takes last: on a first attempt that may keep its
-        writer, those another process took from a writer this process kept there, and
-        keeps an idle writer on now (see the module doc). A retry takes them as any
-        other slot: it claims anew and fences what was there."""
-        if not self.keepable:
-            return None
-        return lambda lease: self._kept_by_another(lease) and POOL.lost_lately(lease.shard)
-
     def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
-        """Where ``home`` is free but another process keeps a writer on it, a shard this
-        process keeps one on (no claim on either side), if one is free; else ``None``.
+        """Where this process keeps no writer on ``home``, a shard it keeps one on for
+        this partition, continued (no claim on either side); else ``None``.
 
         Spark hands tasks to idle Python workers in turn, so without this two
         workers would take one slot in turns and each claim it anew. Only a shard
         an earlier task of the same partition (of another job) wrote qualifies,
-        where it went because this slot was busy: never another partition's
-        slot, which that partition's task of this job will want, so a job's
-        placement over its partitions' slots is unchanged and the table gains
-        no shard. With ``pool`` (``num_shards``), only shards in it.
+        where it went because this slot was busy (or another worker had taken
+        it): never another partition's slot, which that partition's task of this
+        job will want, so a job's placement over its partitions' slots is
+        unchanged and the table gains no shard. With ``pool`` (``num_shards``),
+        only shards in it. ``home``'s lease is not read first: the writer is
+        continued right after its own idle record (:meth:`_continue_kept`), so a
+        worker stays on its shard while it keeps the writer there, and takes
+        ``home`` again once that writer has retired.
         """
         if not self.keepable or self.key is None:
             return None
-        kept = [s for s in POOL.shards(self.key, not_job=self.holder.job_id,
-                                       partition=self.holder.partition)
-                if s != home and (pool is None or s in pool)]
-        if not kept:
-            return None
-        try:
-            shard, lease = self.leases.pick_free([home, *kept], self.holder,
-                                                 defer=self._kept_by_another)
-        except NoFreeShard:
-            return None
-        self._hold(lease)
-        return shard
+        for shard in POOL.shards(self.key, not_job=self.holder.job_id,
+                                 partition=self.holder.partition):
+            if shard != home and (pool is None or shard in pool) and self._continue_kept(shard):
+                return shard
+        return None
 
     def _lease_from_pool(self) -> str:
         """Lease a shard of the writer group's pool: the partition's slot first."""
@@ -227,7 +210,7 @@ class PoolShard:
             if w == 0:
                 order = self._kept_after_home(order)
             try:
-                shard, lease = self.leases.pick_free(order, self.holder, defer=self._last())
+                shard, lease = self.leases.pick_free(order, self.holder)
             except NoFreeShard:
                 continue
             self._hold(lease)
@@ -255,7 +238,7 @@ class PoolShard:
         waited, delay = 0.0, 0.05
         while True:
             try:
-                shard, lease = leases.pick_free(pool, holder, defer=self._last())
+                shard, lease = leases.pick_free(pool, holder)
             except NoFreeShard as exc:
                 others = [x for x in exc.leases if x.holder.job_id != holder.job_id]
                 if others and waited >= opts.lease_wait_s:

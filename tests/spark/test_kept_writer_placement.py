@@ -83,40 +83,13 @@ def test_two_workers_taking_turns_on_one_slot_each_continue_their_own_shard(loca
                                     [first_a, first_b, *(res for _a, res in turns)])
 
 
-@pytest.mark.parametrize("options", [{}, {"num_shards": "2"}], ids=["pool", "num_shards"])
-@pytest.mark.parametrize("backend", ["local", "s3"])
-def test_two_workers_taking_turns_from_the_start_claim_once_each(location, options):
-    """The second worker's first task finds the slot free (the first worker's writer is
-    kept there, idle) and takes it, as its partition's slot: a claim that fences the
-    kept writer. The first worker's next task finds its writer fenced and does not
-    claim the slot back (that worker would claim it back in turn, a claim every turn):
-    it takes another shard once, and from then on each worker continues its own."""
-    uri, opts = location
-    home = WriteOptions.parse({"path": uri, **options}).shard_for(0)
-    create_table(uri, placement_worker.SCHEMA, storage_options=opts)
-    ctx = mp.get_context("spawn")
-    a, b = Worker(ctx, uri, opts, options), Worker(ctx, uri, opts, options)
-    try:
-        results = [((a, b)[i % 2] is a, (a, b)[i % 2].append([i])) for i in range(12)]
-    finally:
-        a.stop()
-        b.stop()
-    writers = [(is_a, (s, e)) for is_a, (s, e, _f, _l) in results]
-    assert [w for _a, w in writers[:2]] == [(home, 1), (home, 2)], writers  # b took the slot
-    a_later = {w for is_a, w in writers if is_a and w != (home, 1)}
-    b_later = {w for is_a, w in writers if not is_a}
-    assert b_later == {(home, 2)}, writers  # b's writer was never fenced again
-    assert len(a_later) == 1 and next(iter(a_later))[0] != home, writers  # claimed once
-    assert sorted(read_table(uri, opts).column("id").to_pylist()) == list(range(12))
-
-
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_a_retry_in_another_worker_claims_the_slot_and_fences_the_kept_writer(location):
     """Attempt 0 wrote and its worker kept the writer, idle; the driver never saw it
     succeed, and Spark retries the task in another worker. The retry claims the slot
     anew (it never goes elsewhere to spare a kept writer, as a first attempt does), so
-    the kept writer is fenced; the next first attempt in that worker leases elsewhere
-    or claims anew, and every committed row is there once."""
+    the kept writer is fenced; the next first attempt in that worker claims anew, and
+    every committed row is there once."""
     uri, opts = location
     home = WriteOptions.parse({"path": uri}).shard_for(0)
     create_table(uri, placement_worker.SCHEMA, storage_options=opts)

@@ -415,6 +415,32 @@ def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_pro
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
 
 
+def test_a_task_continuing_its_workers_writer_off_its_slot_reads_no_lease_first(
+        fault_proxy, proxied_s3_table):
+    """The worker keeps a writer for partition 0 on another shard (its slot was busy
+    when an earlier job's task came). The next task continues that writer right after
+    its own idle record, without reading the slot's lease first: the same three round
+    trips as continuing a writer on the slot."""
+    uri, opts = proxied_s3_table
+    writer, table = job_writer(uri, opts)
+    home = writer.opts.shard_for(0)
+    leases = Leases(open_store(uri, opts))
+    blocker = leases.acquire(home, Holder("another job", 0))
+    first = one_job(writer, table, [1])
+    assert first.shard_id != home  # the slot was busy: the next free one, kept
+    leases.release(blocker)
+    fault_proxy.add_rule(fault="delay", delay_s=0.1)
+    fault_proxy.clear_records()
+    msg = write_task(writer.opts, table, iter([rows([2])]), TaskJob.new(), partition=0,
+                     attempt=0)
+    assert (msg.shard_id, msg.epoch) == (first.shard_id, first.epoch)  # continued
+    methods = sorted(r.method for r in fault_proxy.records())
+    assert methods == ["GET", "GET", "GET", "HEAD", "HEAD", "PUT", "PUT", "PUT"], methods
+    assert fault_proxy.round_trips() == 3
+    writer.commit([msg])
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+
+
 @pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_a_stale_kept_writer_never_claims_a_shard_another_live_writer_holds(location):
     """Two actors: while this process kept a writer on its shard, another process's
