@@ -230,18 +230,14 @@ class Leases:
             return "takeover"
         return "busy"  # another job, or a sibling task of this job
 
-    def _try(self, shard: str, holder: Holder, defer: Callable[[Lease], bool] | None = None
-             ) -> tuple[Lease | None, Lease | None]:
-        """(our new lease, None), (None, the live lease that keeps us off), or (None, None):
-        free, but its record is one ``defer`` accepts (nothing written)."""
+    def _try(self, shard: str, holder: Holder) -> tuple[Lease | None, Lease | None]:
+        """(our new lease, None), or (None, the live lease that keeps us off)."""
         for _ in range(_MAX_RACES):
             gen, cur = self._latest(shard)
             now = self._now_ms()
             verdict = self._verdict(cur, holder, now)
             if verdict == "busy":
                 return None, cur
-            if defer is not None and cur is not None and cur.live(now) and defer(cur):
-                return None, None
             if verdict == "takeover":
                 log.info("shard %s: %s takes the lease over from %s (an earlier attempt)",
                          shard, holder.describe(), cur.describe() if cur else "?")
@@ -356,16 +352,15 @@ class Leases:
                     blocker_job_id=blocker.holder.job_id if blocker else None,
                     waited_s=self.clock() - start)
 
-    def pick_free(self, shards: Iterable[str], holder: Holder, wait_s: float = 0.0,
-                  defer: Callable[[Lease], bool] | None = None) -> tuple[str, Lease]:
+    def pick_free(self, shards: Iterable[str], holder: Holder, wait_s: float = 0.0
+                  ) -> tuple[str, Lease]:
         """Lease the first shard (in the given preference order) no other live writer holds.
 
         Shards held by sibling tasks or other jobs are skipped. A shard leased by
         an earlier attempt of this job and partition is taken over. Each shard
         is atomic: of concurrent takers exactly one gets it, and the others
-        move on. A free shard whose current record is unexpired (a kept writer's,
-        say) and accepted by ``defer`` is tried only after the others. If every
-        shard is held, it waits up to ``wait_s``, then raises :class:`NoFreeShard`.
+        move on. If every shard is held, it waits up to ``wait_s``, then raises
+        :class:`NoFreeShard`.
         """
         order = [_shard_id(s) for s in shards]
         if not order:
@@ -373,16 +368,7 @@ class Leases:
         start = self.clock()
         for delay in self._backoff():
             blockers: list[Lease] = []
-            deferred: list[str] = []
             for shard in order:
-                lease, blocker = self._try(shard, holder, defer)
-                if lease is not None:
-                    return shard, lease
-                if blocker is not None:
-                    blockers.append(blocker)
-                else:
-                    deferred.append(shard)
-            for shard in deferred:
                 lease, blocker = self._try(shard, holder)
                 if lease is not None:
                     return shard, lease

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from .. import hooks
-from ..leases import HeldLease, Holder, Lease, Leases, NoFreeShard
+from ..leases import HeldLease, Holder, Leases, NoFreeShard
 from ..store import beside, read_both
 from ..writer_base import ShardWriter, WriterStats
 from ..writer_pool import POOL, KeptWriter
@@ -164,11 +164,6 @@ class PoolShard:
             log.info("memwal: shard %s: could not list its lease generations: %s",
                      self.shard, exc)
             return False
-
-    def _kept_by_another(self, lease: Lease) -> bool:
-        """Whether ``lease`` is an idle writer another process keeps."""
-        h, me = lease.holder, self.holder
-        return h.kept and (h.host, h.pid) != (me.host, me.pid)
 
     def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
         """Where this process keeps no writer on ``home``, a shard it keeps one on for
