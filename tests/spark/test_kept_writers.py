@@ -395,14 +395,9 @@ def test_a_lease_taken_but_never_claimed_before_the_proof_costs_the_writer_not_t
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 9]
 
 
-def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_proxy,
-                                                                       proxied_s3_table):
-    """Lease put beside the fence check; the lease's listing beside the WAL PUT; the
-    close's fence check beside the idle lease record. Every request is delayed, so
-    requests in flight together are seen as one round trip."""
-    uri, opts = proxied_s3_table
-    writer, table = job_writer(uri, opts)
-    first = one_job(writer, table, [1])
+def _continues_in_three_round_trips(fault_proxy, writer, table, first, uri, opts) -> None:
+    """The next task (every request delayed) continues ``first``'s kept writer in three
+    round trips, and both tasks' rows are read once."""
     fault_proxy.add_rule(fault="delay", delay_s=0.1)
     fault_proxy.clear_records()
     msg = write_task(writer.opts, table, iter([rows([2])]), TaskJob.new(), partition=0,
@@ -413,6 +408,17 @@ def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_pro
     assert fault_proxy.round_trips() == 3
     writer.commit([msg])
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+
+
+def test_a_task_continuing_a_kept_writer_on_s3_takes_three_round_trips(fault_proxy,
+                                                                       proxied_s3_table):
+    """Lease put beside the fence check; the lease's listing beside the WAL PUT; the
+    close's fence check beside the idle lease record. Every request is delayed, so
+    requests in flight together are seen as one round trip."""
+    uri, opts = proxied_s3_table
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])
+    _continues_in_three_round_trips(fault_proxy, writer, table, first, uri, opts)
 
 
 def test_a_task_continuing_its_workers_writer_off_its_slot_reads_no_lease_first(
@@ -429,16 +435,7 @@ def test_a_task_continuing_its_workers_writer_off_its_slot_reads_no_lease_first(
     first = one_job(writer, table, [1])
     assert first.shard_id != home  # the slot was busy: the next free one, kept
     leases.release(blocker)
-    fault_proxy.add_rule(fault="delay", delay_s=0.1)
-    fault_proxy.clear_records()
-    msg = write_task(writer.opts, table, iter([rows([2])]), TaskJob.new(), partition=0,
-                     attempt=0)
-    assert (msg.shard_id, msg.epoch) == (first.shard_id, first.epoch)  # continued
-    methods = sorted(r.method for r in fault_proxy.records())
-    assert methods == ["GET", "GET", "GET", "HEAD", "HEAD", "PUT", "PUT", "PUT"], methods
-    assert fault_proxy.round_trips() == 3
-    writer.commit([msg])
-    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
+    _continues_in_three_round_trips(fault_proxy, writer, table, first, uri, opts)
 
 
 @pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
