@@ -119,13 +119,13 @@ class PoolShard:
     def _hold(self, lease) -> None:
         self.held = self.leases.hold(lease)
 
-    def _continue_kept(self, home: str) -> bool:
-        """Lease ``home`` right after the idle record of the writer this process keeps
+    def _continue_kept(self, shard: str) -> bool:
+        """Lease ``shard`` right after the idle record of the writer this process keeps
         there (no read first: :meth:`Leases.take_after`), if that writer is of this
         task's table. ``False``: nothing held, lease as any task does."""
         if not self.keepable or self.key is None:
             return False
-        record = POOL.kept_record(self.key, home, self.opts.table_stamp)
+        record = POOL.kept_record(self.key, shard, self.opts.table_stamp)
         if record is None:
             return False
         # The kept writer's fence is checked while the shard is leased: on an object
@@ -138,15 +138,15 @@ class PoolShard:
         later = store.remote
         lease, fenced = read_both(
             store, lambda: self.leases.take_after(record, self.holder, prove_later=later),
-            lambda: POOL.fence_of(key, home))
+            lambda: POOL.fence_of(key, shard))
         if fenced is not None:
             # Fenced for good: gone now, so that no later task checks it again.
-            POOL.discard(key, home, fenced)
+            POOL.discard(key, shard, fenced)
         if lease is None:
             return False
         if later and fenced is not None and not self.leases.prove_taken(lease, record):
             return False  # not continued (fenced), so a claim follows: proved before it
-        self._fenced = (home, fenced)
+        self._fenced = (shard, fenced)
         self._hold(lease)
         if later and fenced is None:
             self._proof = beside(store, lambda: self.leases.prove_taken(lease, record))
