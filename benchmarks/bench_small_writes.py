@@ -98,6 +98,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         spark = h.spark_session(ctx, durable_sink.DurableSource,
+                                master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
                                 **{"spark.scheduler.mode": "FAIR", **conf})
         try:
             here = [_case(ctx, spark, n, None)]

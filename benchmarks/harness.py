@@ -475,8 +475,8 @@ WORKER_SOCKETS = {"tcp (Spark's default)": {},
                   "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
 
 
-def spark_session(ctx: Ctx, *sources, **conf: str):
-    """local[2] SparkSession (UI off, workers on this interpreter) with ``memwal``,
+def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
+    """A ``master`` SparkSession (UI off, workers on this interpreter) with ``memwal``,
     ``noop_arrow`` and ``sources`` registered; its settings go to the log and the JSON
     (the same for every competitor of the scenario)."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -485,7 +485,7 @@ def spark_session(ctx: Ctx, *sources, **conf: str):
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *path])
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master("local[2]").appName("memwal-bench").config(map={
+    spark = SparkSession.builder.master(master).appName("memwal-bench").config(map={
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "2", **conf}).getOrCreate()

@@ -214,7 +214,7 @@ class CommitLog(CommitLogReader):
             seed = state.copy()
             if seed.sequence < rec.sequence:
                 seed.fold(rec)
-            remember_fold(self.store.uri, seed, self._ckpt)
+            remember_fold(self.store, seed, self._ckpt)
         return CommitResult(rec, True)
 
     def _append_grouped(self, rec: CommitRecord, txn: Txn | None, after: int) -> CommitResult:

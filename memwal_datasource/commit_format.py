@@ -286,7 +286,11 @@ class Checkpoint:
 
     def to_json(self) -> bytes:
         """The checkpoint's storage form."""
-        return json.dumps({
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+    def to_dict(self) -> dict:
+        """The checkpoint's storage form, before JSON encoding."""
+        return {
             "format": CHECKPOINT_FORMAT, "sequence": self.sequence,
             "created_ms": self.created_ms, "records": self.records,
             "last_overwrite": self.last_overwrite,
@@ -295,13 +299,21 @@ class Checkpoint:
             "floors": self.floors, "epochs": self.epochs, "last_data": self.last_data,
             "released": self.released,
             "recent": {str(k): v for k, v in self.recent.items()},
-        }, sort_keys=True).encode()
+        }
 
     @classmethod
     def from_json(cls, data: bytes, where: str, sequence: int) -> Checkpoint:
         """Parse the checkpoint stored as ``sequence``; errors name ``where``."""
         try:
             body = json.loads(data)
+        except ValueError as exc:
+            raise CorruptEntryError(f"commit checkpoint {where} is corrupt: {exc}") from None
+        return cls.from_dict(body, where, sequence)
+
+    @classmethod
+    def from_dict(cls, body: dict, where: str, sequence: int) -> Checkpoint:
+        """:meth:`from_json` of JSON already decoded."""
+        try:
             if body.get("format", 1) > CHECKPOINT_FORMAT:
                 raise MemWalError(
                     f"commit checkpoint {where} has format {body['format']}; this version of "

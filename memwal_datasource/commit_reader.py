@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from . import commit_folds
 from .commit_format import (
     APPEND,
     CHECKPOINTS_DIR,
@@ -48,27 +48,17 @@ log = logging.getLogger(__name__)
 
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
 
-# The newest fold this process made of each table's log (by store URI), with the
-# checkpoint it knew: a new reader starts there instead of at the checkpoint. Records
-# are immutable and a collector deletes only below a checkpoint, so a seeded reader
-# lists the checkpoints once (a newer one replaces the seed, see _base) and reads only
-# the records committed since; a long-lived driver commits with a handful of requests.
-_FOLDS: dict[str, tuple[Checkpoint, Checkpoint | None]] = {}
-_FOLDS_LOCK = threading.Lock()
-
-
-def remember_fold(uri: str, state: Checkpoint, ckpt: Checkpoint | None) -> None:
-    """Keep ``state`` (a copy the caller no longer folds) as this process's newest fold."""
-    with _FOLDS_LOCK:
-        old = _FOLDS.get(uri)
-        if old is None or old[0].sequence <= state.sequence:
-            _FOLDS[uri] = (state, ckpt)
+def remember_fold(store: ObjectStore, state: Checkpoint, ckpt: Checkpoint | None) -> None:
+    """Keep ``state`` (a copy the caller no longer folds) as the newest fold of
+    ``store``'s log: a new reader, here or (a remote store) in another process on this
+    host, starts there (:mod:`memwal_datasource.commit_folds`)."""
+    commit_folds.remember(store.uri, state, ckpt, host=store.remote)
 
 
 def forget_folds() -> None:
-    """Drop every remembered fold (tests; a process that wants cold reads)."""
-    with _FOLDS_LOCK:
-        _FOLDS.clear()
+    """Drop every remembered fold, this process's and this host's (tests; a process
+    that wants cold reads)."""
+    commit_folds.forget_all()
 
 
 class CommitLogReader:
@@ -95,8 +85,7 @@ class CommitLogReader:
         self._ahead: dict[tuple[str, str], Any] = {}
         # The intents that look's one listing showed (a store that lists after a key).
         self.intents_seen: list[str] | None = None
-        with _FOLDS_LOCK:
-            seed = _FOLDS.get(store.uri)
+        seed = commit_folds.seed(store.uri, host=store.remote)
         self._seed = seed  # what we were seeded with: forgotten if it proves stale
         self._seeded = self._by_list = seed is not None  # see _check_seed
         if seed is not None:
@@ -296,11 +285,9 @@ class CommitLogReader:
             return
         rec, _ = self._fetch(state.sequence)
         if rec is None or rec.digest() != state.recent.get(state.sequence):
-            # Stale for every reader of this process: forget it, or each would start
+            # Stale for every reader on this host: forget it, or each would start
             # cold until the new log passed its sequence (and none would remember).
-            with _FOLDS_LOCK:
-                if _FOLDS.get(self.store.uri) is self._seed:
-                    del _FOLDS[self.store.uri]
+            commit_folds.forget(self.store.uri, self._seed, host=self.store.remote)
             self._state, self._ckpt, self._listed = None, None, None
             self._by_list = False
             self._ahead.clear()

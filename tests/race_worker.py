@@ -74,3 +74,64 @@ def run_rounds(store, shard, seed, rounds):
                 break
             out["acked"].append((app.epoch, res.position, first))
     return out
+
+
+def _count_requests(store) -> dict:
+    """Count ``store``'s requests (its own methods, wrapped on the instance)."""
+    counts = {"n": 0}
+    for name in ("get", "head", "list", "list_after", "put_if_absent", "put", "delete"):
+        method = getattr(store, name)
+
+        def counted(*args, _method=method, **kwargs):
+            counts["n"] += 1
+            return _method(*args, **kwargs)
+
+        setattr(store, name, counted)
+    return counts
+
+
+def commit_turns(uri, opts, worker, conn, share_folds=True):
+    """A Spark commit worker: on each ``i`` from ``conn``, commit job ``i`` through a
+    fresh CommitLog (as Spark's commit workers do) and answer with its request count."""
+    from memwal_datasource import commit_folds
+    from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
+
+    if not share_folds:  # a host without shared folds: each process folds alone
+        commit_folds._host_checked, commit_folds._host_dir = True, None
+    while (i := conn.recv()) is not None:
+        store = open_store(uri, opts)
+        counts = _count_requests(store)
+        rec = CommitLog(store).append(APPEND, [CommittedRange(f"w{worker}", 1, i, i, rows=1,
+                                                              task=0)], job_id=f"job{i}")
+        conn.send((rec.record.sequence, counts["n"]))
+
+
+def commit_racing(uri, opts, worker, stop, barrier):
+    """Commit jobs until ``stop`` is set, each through a fresh CommitLog (seeded by this process's
+    and the host's folds), with the protocol's clocks scaled down 10x as the racing
+    collector's are. Returns (jobs committed, jobs whose outcome is unknown)."""
+    import time
+
+    from memwal_datasource import commit as commit_mod
+    from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
+    from memwal_datasource.errors import OutcomeUnknown
+
+    commit_mod.COMMIT_DEADLINE_S, commit_mod.INTENT_MAX_AGE_S = 1.0, 1.0
+    commit_mod.LEADER_WAIT_S = 0.2
+    store = open_store(uri, opts)
+    barrier.wait()
+    done, unknown = [], []
+    i = 0
+    while not stop.is_set():
+        i, t0 = i + 1, time.monotonic()
+        try:
+            CommitLog(store, retry_base_delay_ms=1).append(
+                APPEND, [CommittedRange(f"w{worker}", 1, i, i, rows=1, task=0)],
+                job_id=f"w{worker}-{i}")
+            done.append(i)
+        except OutcomeUnknown:
+            if time.monotonic() - t0 < 3.0:
+                raise  # within the collector's grace: a collector must never cause it
+            unknown.append(i)
+            break
+    return done, unknown

@@ -1,4 +1,4 @@
-"""A process remembers its newest fold of a table's commit log (commit_reader._FOLDS).
+"""A process remembers its newest fold of a table's commit log (commit_folds._FOLDS).
 
 A warm committer reads only what changed since; a remembered fold is trusted only
 while its last record is still the one it folded (a table made again, a log
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from memwal_datasource import commit_reader
+from memwal_datasource import commit_folds
 from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
 from memwal_datasource.commit_reader import forget_folds
 from memwal_datasource.errors import OutcomeUnknown
@@ -27,14 +27,15 @@ def _wipe(store) -> None:
 
 
 def _snapshot() -> dict:
-    with commit_reader._FOLDS_LOCK:
-        return dict(commit_reader._FOLDS)
+    with commit_folds._LOCK:
+        return dict(commit_folds._FOLDS)
 
 
 def _restore(folds: dict) -> None:
-    with commit_reader._FOLDS_LOCK:
-        commit_reader._FOLDS.clear()
-        commit_reader._FOLDS.update(folds)
+    """This process remembers ``folds`` again, and the host nothing newer."""
+    forget_folds()
+    with commit_folds._LOCK:
+        commit_folds._FOLDS.update(folds)
 
 
 def _one(seq: int, shard: str = "s") -> list[CommittedRange]:
