@@ -192,7 +192,7 @@ class CommitLog(CommitLogReader):
             if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}"):
-                if self._listing_proves_free(seq) or self._verify_landed(rec):
+                if self._verify_landed(rec):
                     return self._landed(rec)
                 if fixed:
                     raise SequenceTaken(seq)
@@ -319,16 +319,6 @@ class CommitLog(CommitLogReader):
             f"{intent.record.job_id}): this commit stalled so long that garbage collection "
             f"removed commit records after {intent.after} before it could check whether one of "
             "them committed it")
-
-    def _listing_proves_free(self, seq: int) -> bool:
-        """Whether our record, just acknowledged at ``seq``, is read without asking: the
-        look was one listing showing neither a record at ``seq`` nor a checkpoint at or
-        above it, begun less than :data:`COMMIT_DEADLINE_S` ago. A collector frees a
-        number only 3 deadlines after the compaction that folded its record, so none
-        freed ``seq`` (docs/protocol.md, "The verdict without its LIST")."""
-        free = self.free_at
-        return (free is not None and free[1] == seq
-                and time.monotonic() - free[0] < COMMIT_DEADLINE_S)
 
     def _verify_landed(self, rec: CommitRecord) -> bool:
         """Whether our record, just stored at its number, will be read (see

@@ -61,12 +61,6 @@ def forget_folds() -> None:
     commit_folds.forget_all()
 
 
-def _numbered(key: str) -> int:
-    """The number of a ``{n}.json`` key (a record or checkpoint), or -1."""
-    name = key.rsplit("/", 1)[-1]
-    return int(name[:-5]) if name.endswith(".json") and name[:-5].isdigit() else -1
-
-
 class CommitLogReader:
     """Read and fold the commit records of one table, from the latest checkpoint.
 
@@ -89,9 +83,6 @@ class CommitLogReader:
         # Answers a seeded reader's first look read at once (see _read_ahead); each is
         # used once, by the read it stands for, and dropped when that look ends.
         self._ahead: dict[tuple[str, str], Any] = {}
-        # (when the look began, n): the last look was one listing that showed neither a
-        # record at n nor a checkpoint at or above it (see CommitLog, the verdict).
-        self.free_at: tuple[float, int] | None = None
         # The intents that look's one listing showed (a store that lists after a key).
         self.intents_seen: list[str] | None = None
         seed = commit_folds.seed(store.uri, host=store.remote)
@@ -244,10 +235,13 @@ class CommitLogReader:
         return best
 
     def _checkpoint_sequences(self) -> list[int]:
+        out = []
         keys = self._ahead.pop(("list", CHECKPOINTS_DIR + "/"), None)
-        numbers = (_numbered(key) for key in
-                   (keys if keys is not None else self.store.list(CHECKPOINTS_DIR + "/")))
-        return [n for n in numbers if n >= 0]
+        for key in keys if keys is not None else self.store.list(CHECKPOINTS_DIR + "/"):
+            name = key.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(int(name[:-5]))
+        return out
 
     def checkpoint(self) -> Checkpoint | None:
         """Checkpoint every record so far (``None`` for an empty log)."""
@@ -297,7 +291,6 @@ class CommitLogReader:
             self._state, self._ckpt, self._listed = None, None, None
             self._by_list = False
             self._ahead.clear()
-            self.free_at = None
             self._cache.clear()
             self._holders.clear()
 
@@ -355,7 +348,6 @@ class CommitLogReader:
 
     def next_sequence(self) -> int:
         """The first unused sequence number; never one at or below a checkpoint."""
-        self.free_at = None
         try:
             self._read_ahead()
             return self._next_sequence()
@@ -396,14 +388,11 @@ class CommitLogReader:
                 return b""
 
         if self.store.lists_after:
-            began = time.monotonic()
             got, after = read_all(self.store, get,
                                   lambda: self.store.list_after(COMMITS_DIR + "/", rec_key))
             listed = [k for k in after if k.startswith(CHECKPOINTS_DIR + "/")]
             following = next_key in after
             self.intents_seen = [k for k in after if k.startswith(INTENTS_DIR + "/")]
-            if not following and all(_numbered(k) <= state.sequence for k in listed):
-                self.free_at = (began, state.sequence + 1)
         else:
             got, listed, following = read_all(
                 self.store, get, lambda: list(self.store.list(CHECKPOINTS_DIR + "/")),
