@@ -309,3 +309,39 @@ def test_a_warm_commit_on_s3_sends_four_requests(any_store, monkeypatch):
                              ("put_if_absent", record_key(31))], calls
     forget_folds()
     assert [r.sequence for r in CommitLog(any_store).visible()][-2:] == [30, 31]
+
+
+def test_a_commit_whose_put_stalled_past_the_deadline_lists_the_checkpoints(any_store,
+                                                                           monkeypatch):
+    """The look showed 31 free, but the PUT of 31 stalled past the deadline while others
+    committed 31..36 and a collector folded them into checkpoint 35 and deleted 1..34:
+    ours landed in a freed number. The verdict lists the checkpoints, removes ours and
+    commits again at 37 (a stall inside the PUT, where the pre-PUT re-check cannot see
+    it)."""
+    from memwal_datasource import commit as commit_mod
+
+    monkeypatch.setattr(commit_mod, "COMMIT_DEADLINE_S", 0.2)
+    _fill(any_store, 30, 10)
+    real_put = type(any_store).put_if_absent
+    stalled = []
+
+    def put_if_absent(self, key, data, *args, **kw):
+        if key == record_key(31) and not stalled:
+            stalled.append(time.monotonic())
+            # While our PUT is in flight: others commit, a collector checkpoints and
+            # deletes, and the stall outlasts the deadline (the fault being injected).
+            _fill(any_store, 36, 5, start=31)
+            _gc(any_store, 35)
+            while time.monotonic() - stalled[0] <= commit_mod.COMMIT_DEADLINE_S:
+                time.sleep(0.05)
+        return real_put(self, key, data, *args, **kw)
+
+    monkeypatch.setattr(type(any_store), "put_if_absent", put_if_absent)
+    log = CommitLog(any_store)
+    res = log.append(APPEND, [CommittedRange("x", 1, 1, 1, rows=1)], job_id="x")
+    monkeypatch.undo()
+    assert stalled and res.created and res.record.sequence == 37
+    forget_folds()
+    visible = CommitLog(any_store).visible()
+    assert [(r.shard_id, r.sequence) for r in visible if r.shard_id == "x"] == [("x", 37)]
+    assert not any_store.exists(record_key(31)) or CommitLog(any_store).read(31).job_id != "x"

@@ -153,8 +153,8 @@ def wait_until_ready(cluster: Cluster, deadline_s: float) -> float:
                                    f"cluster was ready\n{cluster.diagnostics()}")
         try:
             status = cluster.status()
-        except OSError as exc:  # UI not listening yet
-            last = exc
+        except (OSError, ValueError) as exc:  # UI not listening, or serving HTML while
+            last = exc  # its JSON handler is not attached yet (seen once in CI)
         else:
             last = status
             alive = [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
