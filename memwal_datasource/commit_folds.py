@@ -176,9 +176,9 @@ def seed(uri: str, host: bool) -> Fold | None:
     path = _file(uri, host)
     with _LOCK:
         mine = _FOLDS.get(uri)
-        host = _read_host(uri, path) if path is not None else None
-        if host is not None and (mine is None or host[0].sequence > mine[0].sequence):
-            _FOLDS[uri] = mine = host
+        theirs = _read_host(uri, path) if path is not None else None
+        if theirs is not None and (mine is None or theirs[0].sequence > mine[0].sequence):
+            _FOLDS[uri] = mine = theirs
         return mine
 
 
