@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -81,6 +82,24 @@ def _gc(store, below: int) -> None:
     """What the garbage collector will do: delete records below a checkpoint, ascending."""
     for seq in range(1, below):
         store.delete(record_key(seq))
+
+
+def _collect_pass(store, grace_s: float) -> list[int]:
+    """One pass of a collector keeping its contract (checkpoint, then delete ascending
+    below it the records older than ``grace_s``): the sequences it deleted."""
+    log = CommitLog(store, checkpoint_interval=None)
+    ck = log.checkpoint()
+    deleted: list[int] = []
+    for seq in range(1, ck.sequence if ck else 0):
+        try:
+            rec = log.read(seq)
+        except FileNotFoundError:
+            continue
+        if rec.created_ms >= (time.time() - grace_s) * 1000:
+            break
+        store.delete(record_key(seq))
+        deleted.append(seq)
+    return deleted
 
 
 def _checkpoints(store) -> list[str]:

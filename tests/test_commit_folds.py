@@ -12,17 +12,16 @@ import json
 import multiprocessing as mp
 import os
 import threading
-import time
 import zlib
 
 import pytest
 
 from memwal_datasource import commit_folds
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
+from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.commit_reader import forget_folds
 from memwal_datasource.store import open_store
 from tests import race_worker
-from tests.test_commit import CountingStore
+from tests.test_commit import CountingStore, _collect_pass
 
 REMOTE = ["s3", "gcs", "azure"]
 
@@ -104,20 +103,9 @@ def test_committer_processes_racing_a_collector_commit_each_job_once(location):
     def collect() -> None:
         try:
             while not done.is_set():
-                log = CommitLog(store, checkpoint_interval=None)
-                ck = log.checkpoint()
-                deleted = 0
-                for seq in range(1, ck.sequence if ck else 0):
-                    try:
-                        rec = log.read(seq)
-                    except FileNotFoundError:
-                        continue
-                    if rec.created_ms >= (time.time() - grace_s) * 1000:
-                        break
-                    store.delete(record_key(seq))
-                    deleted += 1
+                deleted = _collect_pass(store, grace_s)
                 if deleted:
-                    passes.append(deleted)
+                    passes.append(len(deleted))
                     if len(passes) == 3:
                         collected.set()
         except BaseException as exc:  # noqa: BLE001 - reported below

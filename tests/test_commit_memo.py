@@ -18,7 +18,7 @@ from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_k
 from memwal_datasource.commit_reader import forget_folds
 from memwal_datasource.errors import OutcomeUnknown
 from tests.helpers import DelegatingStore
-from tests.test_commit import CountingStore, _expected, _fill, _gc
+from tests.test_commit import CountingStore, _collect_pass, _expected, _fill, _gc
 
 
 def _wipe(store) -> None:
@@ -165,19 +165,7 @@ def test_warm_committers_racing_a_collector_commit_each_job_once(any_store, monk
         # than any commit takes.
         try:
             while not stop.is_set():
-                log = CommitLog(any_store, checkpoint_interval=None)
-                ck = log.checkpoint()
-                if ck is None:
-                    continue
-                for seq in range(1, ck.sequence):
-                    try:
-                        rec = log.read(seq)
-                    except FileNotFoundError:
-                        continue
-                    if rec.created_ms >= (time.time() - grace_s) * 1000:
-                        break
-                    any_store.delete(record_key(seq))
-                    deleted.append(seq)
+                deleted.extend(_collect_pass(any_store, grace_s))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
