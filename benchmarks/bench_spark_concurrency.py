@@ -27,14 +27,17 @@ KINDS = ("driver", "jvm", "python workers")
 def run(ctx: h.Ctx) -> dict[str, Any]:
     import lance
 
-    n = ctx.pick(1, 5, 10)
+    # 10 appends per job: with 5 (80 appends a round, ~3 s) a round ended before the
+    # competitors' tails showed (the Lance append's commit retries: 1-4 s, a few a round).
+    n = ctx.pick(1, 10, 20)
     spark = h.spark_session(ctx, durable_sink.DurableSource, **{"spark.scheduler.mode": "FAIR"})
     try:
         def competitor(kind: str):
             def run(r: int) -> dict[str, Any]:
-                # The warm-up is a full round: run first in a fresh JVM, the job paths'
-                # JIT warm-up otherwise lands in the first timed rounds (JVM CPU per
-                # append 0.1 s instead of 0.04 s).
+                # Two untimed warm-up rounds of every competitor: run first in a fresh
+                # JVM, the job paths' JIT warm-up otherwise lands in the timed rounds
+                # (JVM CPU per append 0.07-0.10 s in the first rounds, 0.05 s later),
+                # and the pairs of a repeat then compare warm-up, not the sinks.
                 uri, k = str(ctx.scratch("sc") / "t.lance"), n
                 if kind in (MEMWAL, NOOP, DURABLE):
                     fmt = {MEMWAL: "memwal", NOOP: "noop_arrow", DURABLE: durable_sink.NAME}[kind]
@@ -55,7 +58,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                 return out
             return run
 
-        runs = h.alternate(ctx, {k: competitor(k) for k in (MEMWAL, LANCE, NOOP, DURABLE)})
+        runs = h.alternate(ctx, {k: competitor(k) for k in (MEMWAL, LANCE, NOOP, DURABLE)},
+                           warmup=2)
     finally:
         spark.stop()
     comp = h.stats(runs)
