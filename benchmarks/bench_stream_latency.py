@@ -4,7 +4,8 @@ A ``rate-micro-batch`` source (5,000 rows/s) feeds, one query at a time, the mem
 sink, ``foreachBatch`` + ``lance.write_dataset(append)``, a no-op Python stream sink
 (the ceiling) and the durable Python stream sink of ``durable_sink`` (one durable
 object per task and one record per micro-batch, nothing else). p50/p99 of
-``durationMs.addBatch`` of N non-empty batches after 2. Twice: Spark's default TCP
+``durationMs.addBatch`` of N non-empty batches after 2 (and a p99 of every repeat's
+batches together). Twice: Spark's default TCP
 sockets to the Python workers, then Unix domain sockets
 (``spark.python.unix.domain.socket.enabled``), each session with every competitor.
 """
@@ -83,13 +84,18 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str) -> dict[st
     runs = h.alternate(ctx, {MEMWAL: competitor(memwal), FOREACH: competitor(foreach),
                            NOOP: competitor(noop), DURABLE: competitor(durable)},
                        label=f"{trigger}, {socket}: ")
+    # Every timed batch of every repeat together: a p99 of 3 x N batches, not of N.
+    pooled = {k: h.pct([b for x in rs for b in x["add_batch_ms"]], 99) for k, rs in runs.items()}
     return {"trigger": f"{trigger}, {socket}", "competitors": h.stats(runs),
             "p50": h.ratios(runs, MEMWAL, "p50_ms", [FOREACH, NOOP, DURABLE]),
-            "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP, DURABLE])}
+            "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP, DURABLE]),
+            "pooled_p99_ms": pooled}
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
-    batches = ctx.pick(5, 15, 20)
+    # The p99 of N batches is about their largest: 15 made it one batch's luck (the goal
+    # missed and met by turns between runs); 40 per repeat, and a pooled p99 of all.
+    batches = ctx.pick(5, 40, 60)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         spark = h.spark_session(ctx, durable_sink.DurableSource, **conf)
@@ -105,6 +111,13 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         targets += [h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch {k}",
                              c[k][FOREACH], 1.0, at_most=True) for k in ("p50", "p99")]
         targets += [h.target(f"trigger {t}: memwal / no-op sink addBatch p50", c["p50"][NOOP])]
+        pool = c["pooled_p99_ms"]
+        targets.append({"what": f"trigger {t}: memwal / foreachBatch Lance addBatch p99 of every "
+                                "timed batch of every repeat together (reported, no goal)",
+                        "met": None, "value": f"{pool[MEMWAL] / pool[FOREACH]:.3g} ("
+                        + ", ".join(f"{k.split(' ')[0].rstrip(':')} {v:.0f} ms"
+                                    for k, v in pool.items())
+                        + ")"})
         targets += [h.target(f"trigger {t}: memwal / durable Python sink addBatch {k}",
                              c[k][DURABLE]) for k in ("p50", "p99")]
         panels += [h.panel(f"trigger {t}: addBatch {k}", c["competitors"], f"{k}_ms", "ms")

@@ -305,10 +305,12 @@ def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted
     # The round is in the base either way: from now its records' WAL entries are
     # unnecessary, and gc counts their retention from this marker's store time.
     mark_done(table.store, rnd.number, version if committed else None)
-    log.info("memwal compaction round %d (records %d..%d): %s %d rows, %d deletes%s%s",
+    log.info("memwal compaction round %d (records %d..%d): %s %d rows, %d deletes "
+             "(%.2fs in Lance's merge_insert)%s%s",
              rnd.number, rnd.after_seq + 1, rnd.upto_seq,
              "merged" if committed else "already committed by another compactor",
-             source.num_rows, deleted.num_rows, " (overwrite)" if overwrite else "",
+             source.num_rows, deleted.num_rows, merge_seconds,
+             " (overwrite)" if overwrite else "",
              f", SSTables compacted {fresh}" if fresh else "")
     return RoundResult(rnd.number, rnd.after_seq, rnd.upto_seq, source.num_rows,
                        deleted.num_rows, committed, time.perf_counter() - t0, version, fresh,
