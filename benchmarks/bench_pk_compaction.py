@@ -56,6 +56,13 @@ def _copy(src: str, dst: str) -> str:
     return dst
 
 
+def _split(summary, secs: float) -> dict[str, float]:
+    """A compaction's ``secs``: ``merge_s`` inside Lance's merge_insert (the one commit that
+    carries a round's mark), ``own_s`` the rest (WAL reads, the fold, round markers)."""
+    merge_s = sum(r.merge_seconds for r in summary.rounds)
+    return {"merge_s": merge_s, "own_s": secs - merge_s}
+
+
 def _case(ctx: h.Ctx, base: int, upserts: int) -> dict[str, Any]:
     import lance
 
@@ -76,11 +83,7 @@ def _case(ctx: h.Ctx, base: int, upserts: int) -> dict[str, Any]:
         summary = compact(uri)
         secs = time.perf_counter() - t
         assert lance.dataset(uri).count_rows() == base + upserts // 2
-        merge_s = sum(r.merge_seconds for r in summary.rounds)
-        # merge_s: inside Lance's merge_insert (the one commit that carries the round's
-        # mark); own_s: everything else compaction does (WAL reads, fold, round markers).
-        return {"rows_s": upserts / secs, "seconds": secs, "merge_s": merge_s,
-                "own_s": secs - merge_s}
+        return {"rows_s": upserts / secs, "seconds": secs, **_split(summary, secs)}
 
     def merge(r: int, index: bool = True) -> dict[str, Any]:
         ds = lance.dataset(_copy(srcs[LANCE], str(root / "run.lance")))
@@ -136,9 +139,7 @@ def _sustained(ctx: h.Ctx, base: int, upserts: int, rounds: int) -> dict[str, An
         done = compact(uri, max_records_per_round=1)
         secs = time.perf_counter() - t
         assert len(done.rounds) == rounds and lance.dataset(uri).count_rows() == final
-        merge_s = sum(r.merge_seconds for r in done.rounds)
-        return {"rows_s": total / secs, "seconds": secs, "merge_s": merge_s,
-                "own_s": secs - merge_s}
+        return {"rows_s": total / secs, "seconds": secs, **_split(done, secs)}
 
     def merge(r: int) -> dict[str, Any]:
         ds = lance.dataset(_copy(srcs[LANCE_EACH], str(root / "run.lance")))
