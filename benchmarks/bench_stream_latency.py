@@ -105,9 +105,9 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             # PySpark keeps one JVM for the whole run: the run's first case warms its JIT
             # up with a repeat's worth of batches per competitor (with 2, memwal, first in
             # repeat 1, ran at p50 67 ms there and 30 ms in repeats 2 and 3).
-            cases += [_case(ctx, spark, t, batches, socket,
-                            warm=batches if not cases and i == 0 else 2)
-                      for i, t in enumerate(("1 second", "500 milliseconds"))]
+            first = "1 second" if not cases else None
+            cases += [_case(ctx, spark, t, batches, socket, warm=batches if t == first else 2)
+                      for t in ("1 second", "500 milliseconds")]
         finally:
             spark.stop()
     rows, targets, panels = [], [], []
