@@ -25,7 +25,7 @@ def _worker(conn, go) -> None:
     """Runs in a worker process: one round per command, until ``None``."""
     import lance
 
-    import memwal_datasource.commit as commit
+    import memwal_datasource.log.commit as commit
 
     while (cmd := conn.recv()) is not None:
         kind, uri, n, first = cmd

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from memwal_datasource.commit import CommitLog
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.store import open_store
 

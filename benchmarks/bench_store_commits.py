@@ -14,8 +14,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from memwal_datasource.commit import APPEND, CommitLog
-from memwal_datasource.format import wal_key
+from memwal_datasource.format.memwal import wal_key
+from memwal_datasource.log.commit import APPEND, CommitLog
 from memwal_datasource.store import open_store
 
 from . import harness as h

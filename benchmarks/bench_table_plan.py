@@ -13,10 +13,10 @@ import uuid
 from typing import Any
 
 from memwal_datasource import MemWalTable, compact
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn
-from memwal_datasource.gc import collect
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn
+from memwal_datasource.maintenance.gc import collect
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.store import open_store
-from memwal_datasource.wal import WalAppender
 
 from . import harness as h
 

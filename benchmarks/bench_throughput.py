@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memwal_datasource import ShardWriterConfig, open_shard_writer
-from memwal_datasource.format import encode_wal_buffer, wal_key
+from memwal_datasource.format.memwal import encode_wal_buffer, wal_key
 
 from . import harness as h
 

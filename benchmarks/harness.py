@@ -35,7 +35,7 @@ from pyspark.sql import datasource as sds
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from memwal_datasource import MemWalDataSource
-from memwal_datasource.commit import CommitLog
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.spark.worker_entry import entry_point
 from memwal_datasource.spark.worker_socket import prompted
 from memwal_datasource.store import ObjectStore, open_store
@@ -110,7 +110,7 @@ def committed_rows(uri: str, storage: dict[str, str] | None = None) -> int:
 
 def create_table(uri: str, storage: dict[str, str] | None = None) -> None:
     """A memwal table of :func:`arrow_rows`' schema, primary key ``id``."""
-    from memwal_datasource.table import create_table as create
+    from memwal_datasource.table.view import create_table as create
 
     create(uri, arrow_rows(0, 1).schema, primary_key=["id"], storage_options=storage)
 

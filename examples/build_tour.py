@@ -129,7 +129,7 @@ import uuid
 import pyarrow as pa
 
 from memwal_datasource import MemWalTable, ShardWriterConfig, open_shard_writer
-from memwal_datasource.table import data_schema
+from memwal_datasource.table.view import data_schema
 
 schema = data_schema(MemWalTable(events).dataset().schema)
 orphan_shard = str(uuid.uuid4())
@@ -159,7 +159,7 @@ Run the copy three times on the same checkpoint: the first run copies
 everything, the second finds nothing new and writes nothing (no duplicate rows,
 no new commit record), the third, after another append, copies just that."""),
     ("code", """\
-from memwal_datasource.commit import CommitLog
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.store import open_store
 
 checkpoint = os.path.join(work, "checkpoints", "events_copy")

@@ -17,8 +17,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this inte
 from pyspark.sql import SparkSession  # noqa: E402
 
 from memwal_datasource import MemWalDataSource  # noqa: E402
-from memwal_datasource.commit import CommitLog  # noqa: E402
-from memwal_datasource.manifest import ManifestStore, list_shards  # noqa: E402
+from memwal_datasource.log.commit import CommitLog  # noqa: E402
+from memwal_datasource.shard.manifest import ManifestStore, list_shards  # noqa: E402
 from memwal_datasource.spark import partition_for_table  # noqa: E402
 from memwal_datasource.store import open_store  # noqa: E402
 

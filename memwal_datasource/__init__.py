@@ -1,17 +1,31 @@
 """memwal_datasource: Spark <-> Lance MemWAL.
 
-The Spark-free core (``store``, ``format``, ``manifest``, ``wal``, ``writer``,
-``commit``) imports no Spark. Importing the package loads only the errors and
-the writer configuration: every other public name is loaded on first use
-(PEP 562), so a Spark worker's ``import memwal_datasource`` pays for neither
-compaction nor pyarrow, numpy, lance or pandas.
+The Spark-free core, in layers; each imports only the layers below it
+(``tests/test_imports.py`` keeps it so):
+
+====================  ==========================================================
+``cli``               the ``memwal`` command
+``spark``             the Spark data source (writer, readers, stream, compaction)
+``memwal_table``      the public table object; ``lance_readers`` for pylance/LanceDB
+``maintenance``       compaction and garbage collection
+``write``             shard writers in both modes, the kept-writer pool, re-homes
+``table``             the committed view of a table, sharding, table facts
+``log``               the commit log: records, checkpoints, intents, holds, rounds
+``shard``             one shard's manifests, WAL entries and leases
+``format``            encodings of everything on storage
+``store``             object stores (local disk, memory, S3, GCS, Azure)
+top-level modules     ``errors``, ``hooks``, ``config``, ``options``
+====================  ==========================================================
+
+Importing the package loads only the errors and the writer configuration:
+every other public name is loaded on first use (PEP 562), so a Spark worker's
+``import memwal_datasource`` pays for neither compaction nor pyarrow, numpy,
+lance or pandas.
 """
 
 from __future__ import annotations
 
 import logging
-import sys as _sys
-import types as _types
 from importlib import import_module as _import_module
 
 # Prepares LANCE_LOG before anything calls into lance (lance is imported lazily).
@@ -61,8 +75,8 @@ _LAZY = {
     "MemWalTable": "memwal_table",
     "compact": "memwal_table",
     "lancedb_table": "lance_readers",
-    "open_shard_writer": "shard_writer",
-    "read_table": "table",
+    "open_shard_writer": "write.shard_writer",
+    "read_table": "table.view",
 }
 
 
@@ -77,21 +91,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(_types.ModuleType):
-    """Keeps ``memwal_datasource.compact`` the function.
-
-    Importing the submodule ``memwal_datasource.compact`` binds its name on the
-    package (the import system's ``setattr``), which would replace the public
-    function ``compact(uri)`` with the module; the module stays reachable as
-    ``sys.modules["memwal_datasource.compact"]`` and by ``from .compact import``.
-    """
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "compact" and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

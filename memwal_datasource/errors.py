@@ -100,7 +100,7 @@ class CommitRefused(MemWalError):
     empty if unknown); ``shard_id``, ``epoch``, ``first`` and ``last`` name the
     refused range, ``newer_epoch`` the committed epoch that overtook it, ``floor``
     the first position gc kept. A driver re-homes a :data:`NEWER_EPOCH` refusal
-    (:mod:`memwal_datasource.rehome`) instead of failing.
+    (:mod:`memwal_datasource.write.rehome`) instead of failing.
     """
 
     GC_FLOOR = "gc_floor"

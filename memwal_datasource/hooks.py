@@ -26,7 +26,7 @@ Points (keyword arguments passed to hooks):
 * ``turn.written`` (shard, epoch, job_id, partition, attempt): a Spark task put the rows
   that waited for a shard (its turn on it), before closing its writer.
 * ``rehome.refused`` (job_id, shards, round): a driver's commit was overtaken on
-  ``shards``; it re-homes them next (:mod:`memwal_datasource.rehome`).
+  ``shards``; it re-homes them next (:mod:`memwal_datasource.write.rehome`).
 * ``rehome.written`` (shard, job_id, epoch, first, last): it wrote one shard's rows again
   at the tip, holding the shard's lease until its commit.
 * ``hold.put`` (hold_id, after_seq): a stream wrote or refreshed its reader hold.

@@ -5,7 +5,7 @@ LanceDB, ``lance.dataset(...)`` and an ``LsmScanner`` built from the shard
 manifests (the spec's way) read the **base table**: exactly the rows
 compaction committed, as of the last compaction. They never see an SSTable
 (every shard opened in MemTable mode is hidden first, see
-:func:`memwal_datasource.native.hide_shard`) and never read WAL entries, so a
+:func:`memwal_datasource.write.native.hide_shard`) and never read WAL entries, so a
 running, failed or fenced attempt's rows never show there, deletes are
 applied and no row shows twice. To see every committed row, compact:
 :func:`lancedb_table` does that and opens the table in LanceDB.

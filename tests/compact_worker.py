@@ -10,8 +10,8 @@ import json
 import os
 import sys
 
-from memwal_datasource.compact import compact
-from memwal_datasource.table import TableView
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.table.view import TableView
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ BACKENDS = ["memory", "local", "s3", "gcs", "azure"]
 @pytest.fixture(autouse=True)
 def _cold_commit_folds():
     """Each test starts with no remembered commit-log fold (tests reuse store names)."""
-    from memwal_datasource.commit_reader import forget_folds
+    from memwal_datasource.log.commit_reader import forget_folds
 
     forget_folds()
 
@@ -78,7 +78,7 @@ def location(backend, request, tmp_path):
 @pytest.fixture
 def pk_table(location):
     """(uri, storage_options) of a fresh Lance table with primary key ``id`` and a MemWAL."""
-    from memwal_datasource.table import create_table
+    from memwal_datasource.table.view import create_table
     from tests.helpers import SCHEMA
 
     uri, opts = location

@@ -15,7 +15,7 @@ import os
 import sys
 
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, make_batch
 
 MAX_PUTS = 100_000

@@ -8,8 +8,8 @@ from collections import Counter
 import pyarrow as pa
 
 from memwal_datasource.errors import TransientStoreError
+from memwal_datasource.shard.wal import WalTailer
 from memwal_datasource.store import ObjectStore
-from memwal_datasource.wal import WalTailer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -163,7 +163,7 @@ class HeldOpen:
             assert self.release.wait(30)
 
     def _run(self):
-        from memwal_datasource.wal import WalAppender
+        from memwal_datasource.shard.wal import WalAppender
 
         try:
             self.outcome = WalAppender.open(self.store, self.shard)
@@ -199,8 +199,8 @@ def committed_view(table) -> Counter:
     """
     import pyarrow.compute as pc
 
-    from memwal_datasource.table import TOMBSTONE, last_per_key
-    from memwal_datasource.table_schema import data_schema, primary_key_of
+    from memwal_datasource.format.table_schema import data_schema, primary_key_of
+    from memwal_datasource.table.view import TOMBSTONE, last_per_key
 
     snap = table.snapshot()
     ds = table.dataset(snap.base_version)
@@ -222,10 +222,10 @@ def committed_view(table) -> Counter:
 
 def stream_reader(uri: str, opts: dict, start: str = "earliest"):
     """A new stream's reader (``MemWalStreamReader``, no Spark) over the table at ``uri``."""
+    from memwal_datasource.format.table_schema import data_schema
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.stream import MemWalStreamReader
-    from memwal_datasource.table import TableView
-    from memwal_datasource.table_schema import data_schema
+    from memwal_datasource.table.view import TableView
 
     options = {"path": uri, "starting_commit": start,
                **{f"storage.{k}": v for k, v in opts.items()}}

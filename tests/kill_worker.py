@@ -14,10 +14,10 @@ import json
 import os
 import sys
 
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn
 from memwal_datasource.store import open_store
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, make_batch
 
 ROWS = 10

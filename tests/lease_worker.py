@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from memwal_datasource.leases import Holder, Leases
+from memwal_datasource.shard.leases import Holder, Leases
 from memwal_datasource.store import open_store
 
 

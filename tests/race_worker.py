@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from memwal_datasource.errors import Fenced
-from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.store import open_store
-from memwal_datasource.wal import WalAppender
 from tests.helpers import SCHEMA, make_batch
 
 
@@ -93,8 +93,8 @@ def _count_requests(store) -> dict:
 def commit_turns(uri, opts, worker, conn, share_folds=True):
     """A Spark commit worker: on each ``i`` from ``conn``, commit job ``i`` through a
     fresh CommitLog (as Spark's commit workers do) and answer with its request count."""
-    from memwal_datasource import commit_folds
-    from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
+    from memwal_datasource.log import commit_folds
+    from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
 
     if not share_folds:  # a host without shared folds: each process folds alone
         commit_folds._host_checked, commit_folds._host_dir = True, None
@@ -112,9 +112,9 @@ def commit_racing(uri, opts, worker, stop, barrier):
     collector's are. Returns (jobs committed, jobs whose outcome is unknown)."""
     import time
 
-    from memwal_datasource import commit as commit_mod
-    from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
     from memwal_datasource.errors import OutcomeUnknown
+    from memwal_datasource.log import commit as commit_mod
+    from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
 
     commit_mod.COMMIT_DEADLINE_S, commit_mod.INTENT_MAX_AGE_S = 1.0, 1.0
     commit_mod.LEADER_WAIT_S = 0.2

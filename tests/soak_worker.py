@@ -1,4 +1,4 @@
-"""A writer process of the maintenance soak (tests/test_maintenance_soak.py).
+"""A writer process of the maintenance soak (tests/maintenance/test_maintenance_soak.py).
 
 Usage: ``python -m tests.soak_worker URI WORKER SEED DEADLINE LOG SHARD [SHARD...]``
 with storage options as JSON in ``MEMWAL_STORAGE_OPTIONS``. Until ``time.time()``
@@ -26,11 +26,11 @@ import time
 
 import pyarrow as pa
 
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.leases import Holder, Leases
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn
+from memwal_datasource.shard.leases import Holder, Leases
 from memwal_datasource.store import open_store
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.store import open_store
-from memwal_datasource.wal import WalAppender
 from tests.helpers import new_shard, wal_entries, wal_rows
 from tests.test_s3_faults import committed_ids
 

@@ -155,10 +155,10 @@ def show(cycle: tuple[str, ...]) -> str:
 def test_graph_sees_relative_package_and_function_level_imports():
     graph = import_graph()
     # module level: ``from .writer_base import ...`` and ``from . import hooks`` (a module)
-    assert {"memwal_datasource.writer_base", "memwal_datasource.hooks"} <= graph[
-        "memwal_datasource.writer"]
+    assert {"memwal_datasource.shard.writer_base", "memwal_datasource.hooks"} <= graph[
+        "memwal_datasource.shard.writer"]
     # inside a function: the CLI's compact command imports compaction when it runs
-    assert "memwal_datasource.compact" in graph["memwal_datasource.cli.maintain"]
+    assert "memwal_datasource.maintenance.compact" in graph["memwal_datasource.cli.maintain"]
     # ``from ..x import y`` in a subpackage resolves to the top-level module
     assert "memwal_datasource.errors" in graph["memwal_datasource.cli.errors"]
     # importing a module of another package runs that package's __init__
@@ -202,8 +202,68 @@ def test_known_cycles_are_still_there():
     assert not gone, "remove from KNOWN_ELSEWHERE (fixed): " + ", ".join(map(show, gone))
 
 
-HEAVY = ("numpy", "pyarrow", "lance", "pandas", "pyspark", "memwal_datasource.compact",
-         "memwal_datasource.gc")
+# The core's layers, lowest first. A module may import its own layer and those below;
+# the package root's lazy names (PEP 562) are the public API and sit on top.
+LAYERS = (
+    ("memwal_datasource.errors", "memwal_datasource.hooks", "memwal_datasource.lance_logging"),
+    ("memwal_datasource.options", "memwal_datasource.config"),
+    ("memwal_datasource.store",),
+    ("memwal_datasource.format",),
+    ("memwal_datasource.shard",),
+    ("memwal_datasource.log",),
+    ("memwal_datasource.table",),
+    ("memwal_datasource.write", "memwal_datasource.maintenance"),
+    ("memwal_datasource.memwal_table",),
+    ("memwal_datasource.lance_readers",),
+    ("memwal_datasource.spark",),
+    ("memwal_datasource.cli",),
+)
+# Imports that run against the layers, each as the test names it: none.
+LAYER_ALLOWED: frozenset[tuple[str, str]] = frozenset()
+
+
+def layer_of(module: str) -> tuple[int, str] | None:
+    """``(layer index, unit)`` of a package module; the root ``__init__`` has none."""
+    for index, units in enumerate(LAYERS):
+        for unit in units:
+            if module == unit or module.startswith(unit + "."):
+                return index, unit
+    return None
+
+
+def test_every_core_module_has_a_layer():
+    loose = [m for m in package_modules() if m.startswith("memwal_datasource.")
+             and layer_of(m) is None]
+    assert not loose, f"give these a layer in LAYERS: {loose}"
+
+
+def test_each_layer_imports_only_the_layers_below():
+    """A sub-package imports itself and lower layers, never a sibling or a layer above."""
+    wrong = []
+    for importer, targets in sorted(import_graph().items()):
+        mine = layer_of(importer)
+        if mine is None:
+            continue
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if theirs is None or theirs[1] == mine[1]:
+                continue
+            if theirs[0] >= mine[0] and (importer, target) not in LAYER_ALLOWED:
+                wrong.append(f"{importer} -> {target}")
+    assert not wrong, ("imports that run up or sideways across the layers (move the code "
+                       "down, or the caller up):\n" + "\n".join(wrong))
+
+
+def test_layer_check_catches_an_upward_import():
+    assert layer_of("memwal_datasource.shard.wal")[0] < layer_of(
+        "memwal_datasource.log.commit")[0]
+    assert layer_of("memwal_datasource.write.native")[0] == layer_of(
+        "memwal_datasource.maintenance.gc")[0]
+    assert layer_of("memwal_datasource") is None
+
+
+HEAVY = ("numpy", "pyarrow", "lance", "pandas", "pyspark", "memwal_datasource.maintenance.compact",
+         "memwal_datasource.maintenance.gc")
 
 
 def in_fresh_python(code: str) -> str:
@@ -234,9 +294,9 @@ def test_public_names_are_all_there():
 
 
 def test_compact_stays_the_function_after_the_module_is_imported():
-    """Importing the submodule ``memwal_datasource.compact`` first must not shadow
+    """Importing the submodule ``memwal_datasource.maintenance.compact`` first must not shadow
     ``memwal_datasource.compact(uri)``."""
-    got = in_fresh_python("import memwal_datasource.compact\n"
+    got = in_fresh_python("import memwal_datasource.maintenance.compact\n"
                           "from memwal_datasource import compact, MemWalTable\n"
                           "print(compact.__module__, MemWalTable.compact.__module__)")
     assert got == "memwal_datasource.memwal_table memwal_datasource.memwal_table"

@@ -14,9 +14,9 @@ import threading
 
 import pytest
 
-from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalTailer
 from memwal_datasource.store import open_store
-from memwal_datasource.wal import WalTailer
 from tests import race_worker
 from tests.helpers import RandomFaultStore, new_shard
 

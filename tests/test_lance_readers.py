@@ -21,19 +21,19 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import ShardWriterConfig, compact, lancedb_table, read_table
-from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
 from memwal_datasource.errors import Fenced
-from memwal_datasource.format import TOMBSTONE
-from memwal_datasource.gc import collect
-from memwal_datasource.lance_manifest import compacted_generations
+from memwal_datasource.format.lance_manifest import compacted_generations
+from memwal_datasource.format.memwal import TOMBSTONE
+from memwal_datasource.format.table_schema import ROW_KEY
 from memwal_datasource.lance_readers import split_table_uri
-from memwal_datasource.manifest import ManifestStore, list_shards
-from memwal_datasource.native import HIDDEN_GENERATION
+from memwal_datasource.log.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
+from memwal_datasource.maintenance.gc import collect
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.shard.manifest import ManifestStore, list_shards
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table
-from memwal_datasource.table_schema import ROW_KEY
+from memwal_datasource.table.view import TableView, create_table
+from memwal_datasource.write.native import HIDDEN_GENERATION
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import later
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])

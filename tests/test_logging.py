@@ -30,11 +30,11 @@ def test_an_application_that_configures_logging_sees_our_records():
         import logging
         logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
         import memwal_datasource
-        logging.getLogger("memwal_datasource.commit").info("hello")
+        logging.getLogger("memwal_datasource.log.commit").info("hello")
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
-    assert "memwal_datasource.commit hello" in done.stderr
+    assert "memwal_datasource.log.commit hello" in done.stderr
 
 
 def test_the_cli_configures_logging_for_its_own_output(tmp_path):
@@ -46,7 +46,7 @@ def test_the_cli_configures_logging_for_its_own_output(tmp_path):
             cli.run()
         except SystemExit:
             pass
-        logging.getLogger("memwal_datasource.manifest").warning("a warning")
+        logging.getLogger("memwal_datasource.shard.manifest").warning("a warning")
     """)
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "none")],
                           capture_output=True, text=True, timeout=120)

@@ -13,7 +13,6 @@ import logging
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn
 from memwal_datasource.errors import (
     CorruptEntryError,
     Fenced,
@@ -21,17 +20,23 @@ from memwal_datasource.errors import (
     TransientStoreError,
     WriterPoisoned,
 )
-from memwal_datasource.format import (
+from memwal_datasource.format.manifest_format import ShardManifest, encode_manifest
+from memwal_datasource.format.memwal import (
     IPC_EOS,
     encode_wal_entry,
     manifest_key,
     version_hint_key,
     wal_key,
 )
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.manifest_format import ShardManifest, encode_manifest
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import (
+    MAX_POSITION_CONFLICTS,
+    TIP_REFRESH_EVERY,
+    WalAppender,
+    WalTailer,
+)
 from memwal_datasource.store import MAX_BACKOFF_S, backoff_delay, put_resolved
-from memwal_datasource.wal import MAX_POSITION_CONFLICTS, TIP_REFRESH_EVERY, WalAppender, WalTailer
 from tests.helpers import (
     SCHEMA,
     FlakyStore,
@@ -212,7 +217,7 @@ def _stale_run(store, shard: str, n: int) -> None:
 
 
 def test_periodic_tip_refresh_skips_a_run_of_foreign_entries(any_store, monkeypatch):
-    import memwal_datasource.wal as wal
+    import memwal_datasource.shard.wal as wal
 
     shard = new_shard()
     app = WalAppender.open(any_store, shard)
@@ -232,7 +237,7 @@ def test_periodic_tip_refresh_skips_a_run_of_foreign_entries(any_store, monkeypa
 
 @pytest.mark.parametrize("backend", ["memory"])  # 1,000+ PUTs: the limit, not the store
 def test_conflict_cap_poisons_the_writer(any_store, monkeypatch):
-    import memwal_datasource.wal as wal
+    import memwal_datasource.shard.wal as wal
 
     shard = new_shard()
     epoch = WalAppender.open(any_store, shard).epoch

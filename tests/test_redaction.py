@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from memwal_datasource.cli import EXIT_NOT_FOUND, EXIT_USAGE, main
-from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import ConfigError, StoreError
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.options import (
     ID_KEYS,
     REDACTED,
@@ -286,7 +286,7 @@ def test_an_s3_write_and_its_errors_show_no_credential(mode, s3_table, caplog, c
 
 @pytest.mark.parametrize("name", NAMES)
 def test_cli_error_paths_and_inspect_never_print_a_credential(name, secret, tmp_path):
-    from memwal_datasource.table import create_table
+    from memwal_datasource.table.view import create_table
 
     storage = ["--storage", f"{name}={secret}"]
     missing = invoke("shards", str(tmp_path / "missing"), *storage)

@@ -17,11 +17,11 @@ import re
 import pyarrow as pa
 import pytest
 
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn, stream_app_id
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import WriterPoisoned
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn, stream_app_id
 from memwal_datasource.store import open_store
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.fault_proxy import FaultRule
 from tests.helpers import SCHEMA, make_batch, new_shard
 
@@ -142,7 +142,7 @@ def test_delayed_requests_change_nothing(proxied_location):
 
 def test_native_writer_lost_response_is_poisoned_not_fenced(proxied_s3_table, fault_proxy):
     """pylance's own writer duplicates an entry on a lost response and stops: we say reopen."""
-    from memwal_datasource.table import create_table
+    from memwal_datasource.table.view import create_table
 
     uri, opts = proxied_s3_table
     create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)

@@ -8,10 +8,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..commit import OVERWRITE, CommitLog
 from ..errors import MemWalError
-from ..manifest import ManifestStore
+from ..log.commit import OVERWRITE, CommitLog
 from ..options import lance_storage_options
+from ..shard.manifest import ManifestStore
 from ..store import ObjectStore
 from .errors import EPILOG, EXIT_NOT_FOUND, CliError
 from .params import json_opt, open_table, resolve_shard, storage_opt
@@ -117,7 +117,7 @@ def _field_values(uri: str, storage: dict[str, str],
     try:
         import lance
 
-        from ..sharding import table_sharding
+        from ..table.sharding import table_sharding
 
         spec = table_sharding(lance.dataset(uri, storage_options=lance_storage_options(storage)))
     except Exception:  # noqa: BLE001 - the raw bytes are still shown
@@ -167,7 +167,7 @@ def _compaction_summary(uri: str, storage: dict[str, str], store: ObjectStore,
     """How far compaction into the base table got (``None`` without a base table)."""
     if lance_info is None:
         return None
-    from ..table import TableView
+    from ..table.view import TableView
 
     try:
         snap = TableView(uri, storage, store=store).snapshot(lance_info["version"])
@@ -183,7 +183,7 @@ def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
     try:
         import lance
 
-        from ..table_schema import primary_key_of
+        from ..format.table_schema import primary_key_of
 
         ds = lance.dataset(uri, storage_options=lance_storage_options(storage))
         return {"version": ds.version, "columns": ds.schema.names,

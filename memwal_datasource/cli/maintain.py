@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import click
 
-from ..rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
+from ..log.rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
 from .errors import EPILOG, EXIT_RETRY, CliError
 from .params import json_opt, open_table, storage_opt
 from .render import emit_json, human_size, new_console
@@ -44,9 +44,9 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_bytes_per_r
         TimeElapsedColumn,
     )
 
-    from ..compact import compact as run_compaction
-    from ..compact import planned_rounds
-    from ..table import TableView
+    from ..maintenance.compact import compact as run_compaction
+    from ..maintenance.compact import planned_rounds
+    from ..table.view import TableView
 
     open_table(uri, storage)
     table = TableView(uri, storage)
@@ -114,8 +114,8 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from ..errors import Fenced
-    from ..gc import collect
-    from ..table import TableView
+    from ..maintenance.gc import collect
+    from ..table.view import TableView
 
     open_table(uri, storage)
     try:

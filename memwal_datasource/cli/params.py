@@ -8,11 +8,11 @@ import uuid
 
 import click
 
-from ..commit import COMMITS_DIR
 from ..errors import ConfigError, StoreError
-from ..format import MEM_WAL_DIR
-from ..manifest import list_shards
+from ..format.memwal import MEM_WAL_DIR
+from ..log.commit import COMMITS_DIR
 from ..options import secret_values
+from ..shard.manifest import list_shards
 from ..store import LocalStore, ObjectStore, open_store
 from .errors import EXIT_NOT_FOUND, EXIT_USAGE, JSON_KEY, SECRETS_KEY, CliError
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..commit import OVERWRITE, Checkpoint, CommitLog, CommitRecord, CommittedRange
-from ..manifest import ManifestStore, list_shards
+from ..log.commit import OVERWRITE, Checkpoint, CommitLog, CommitRecord, CommittedRange
+from ..shard.manifest import ManifestStore, list_shards
+from ..shard.wal import WalTailer
 from ..store import ObjectStore
-from ..wal import WalTailer
 
 # Uncommitted WAL positions read per shard to tell fence sentinels from data.
 SENTINEL_SCAN_LIMIT = 256

@@ -9,8 +9,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from ..format import WalEntry
-from ..wal import WalTailer
+from ..format.memwal import WalEntry
+from ..shard.wal import WalTailer
 from .errors import EPILOG, EXIT_USAGE, CliError
 from .params import json_opt, open_table, resolve_shard, storage_opt
 from .render import cells, format_value, human_size, json_default, new_console, new_table

@@ -4,7 +4,7 @@ A commit record lists, per task, the shard, writer epoch and WAL position
 range a job made visible; a checkpoint is records ``1..S`` folded (visible
 ranges, idempotency keys, collection floors, each shard's newest committed
 epoch). Pure data and pure functions: the I/O that appends and reads them is
-:mod:`memwal_datasource.commit`.
+:mod:`memwal_datasource.log.commit`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields, replace
 
-from .errors import CorruptEntryError, MemWalError
+from ..errors import CorruptEntryError, MemWalError
 
 COMMITS_DIR = "_memwal_commits"
 CHECKPOINTS_DIR = f"{COMMITS_DIR}/_checkpoints"

@@ -20,9 +20,9 @@ from __future__ import annotations
 import struct
 import uuid
 
-from .errors import CorruptEntryError
+from ..errors import CorruptEntryError
+from ..store import ObjectStore
 from .protowire import fields as _fields
-from .store import ObjectStore
 
 MEM_WAL_INDEX = "__lance_mem_wal"
 _U64_MAX = (1 << 64) - 1

@@ -2,7 +2,7 @@
 
 Pure data (the bodies of ``_memwal_leases/{shard}/{generation}.json``) and the
 errors that name a holder. Taking, renewing and releasing leases is
-:mod:`memwal_datasource.leases`.
+:mod:`memwal_datasource.shard.leases`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from .errors import MemWalError
+from ..errors import MemWalError
 
 
 class LeaseError(MemWalError):
@@ -94,7 +94,7 @@ class Holder:
     # When the holder's job started (epoch ms): its age for wait-die. Records
     # written before the field existed read as 0, the oldest.
     job_started_ms: int = 0
-    # An idle writer kept between tasks (memwal_datasource.writer_pool) holds the lease
+    # An idle writer kept between tasks (memwal_datasource.write.writer_pool) holds the lease
     # for no job: anyone may take it over, and its claim fences the kept writer.
     kept: bool = False
 

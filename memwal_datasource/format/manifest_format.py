@@ -2,12 +2,13 @@
 
 Facts from the Lance MemWAL specification (``docs/src/format/table/mem_wal.md``,
 ``protos/table.proto``): ``_mem_wal/{shard}/manifest/{name}.binpb`` holds one
-protobuf ``ShardManifest`` per version (names: :func:`~memwal_datasource.format.manifest_key`),
-and ``version_hint.json`` beside them ``{"version": N}``, only a hint. Fields this
-package does not know are kept across rewrites; our claim nonce (a field outside
+protobuf ``ShardManifest`` per version (names:
+:func:`~memwal_datasource.format.memwal.manifest_key`), and ``version_hint.json``
+beside them ``{"version": N}``, only a hint. Fields this package does not know are
+kept across rewrites; our claim nonce (a field outside
 Lance's numbers) makes every claim's bytes unique. The WAL entries' format is in
-:mod:`memwal_datasource.format`; reading and writing the chain, in
-:mod:`memwal_datasource.manifest`.
+:mod:`memwal_datasource.format.memwal`; reading and writing the chain, in
+:mod:`memwal_datasource.shard.manifest`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
+from ..errors import CorruptEntryError
 from ._proto import SHARD_ACTIVE, SHARD_SEALED, ShardManifestPB
-from .errors import CorruptEntryError
 from .protowire import spans, varint
 
 __all__ = ["CLAIM_NONCE_FIELD", "MAX_HINT", "SHARD_ACTIVE", "SHARD_SEALED", "ShardManifest",

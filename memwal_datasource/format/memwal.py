@@ -13,7 +13,7 @@ Facts from the Lance MemWAL specification (``docs/src/format/table/mem_wal.md``)
   ``writer_epoch`` (decimal), ``generation`` (MemTable mode only) and
   ``fence_sentinel`` on the data-less entry a new writer drops at the tip.
 * The shard manifest is the ``lance.table.ShardManifest`` protobuf
-  (:mod:`memwal_datasource.manifest_format`).
+  (:mod:`memwal_datasource.format.manifest_format`).
 
 WAL entries are written as pylance's writer writes them: every field carries
 its Lance field id (``lance:field_id`` field metadata, children of structs and
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from .errors import CorruptEntryError
+from ..errors import CorruptEntryError
 
 MEM_WAL_DIR = "_mem_wal"
 WRITER_EPOCH_KEY = b"writer_epoch"

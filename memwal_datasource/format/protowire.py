@@ -2,9 +2,9 @@
 
 Two places need the raw fields rather than ``google.protobuf`` messages: our claim
 nonce, a field outside Lance's numbers on the shard manifest
-(:mod:`memwal_datasource.manifest_format`), and the MemWAL index inside a Lance table
+(:mod:`memwal_datasource.format.manifest_format`), and the MemWAL index inside a Lance table
 manifest, for which pylance ships no message class
-(:mod:`memwal_datasource.lance_manifest`). Malformed input raises ``ValueError``.
+(:mod:`memwal_datasource.format.lance_manifest`). Malformed input raises ``ValueError``.
 """
 
 from __future__ import annotations

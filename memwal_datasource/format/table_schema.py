@@ -2,7 +2,7 @@
 compaction key, and the checks a write's schema meets.
 
 Pure pyarrow: writers, planners and readers import this without the table's commit
-log, manifests or pylance (:mod:`memwal_datasource.table` builds on it).
+log, manifests or pylance (:mod:`memwal_datasource.table.view` builds on it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
 # The base table's hidden compaction key on tables without a primary key (see compact.py).
@@ -47,7 +47,7 @@ def base_schema(schema: pa.Schema, primary_key: Sequence[str] = ()) -> pa.Schema
     (non-nullable ``int64``) as the unenforced primary key. LanceDB reads every
     table with a MemWAL index through its LSM scanner, which refuses a table
     without a primary key; with ``ROW_KEY`` it reads the base table, whose rows
-    compaction keys uniquely (see :mod:`memwal_datasource.compact`). Our writers
+    compaction keys uniquely (see :mod:`memwal_datasource.maintenance.compact`). Our writers
     and readers hide the column (:func:`data_schema`, :func:`primary_key_of`).
     """
     if primary_key:

@@ -18,7 +18,7 @@ committer checks that no collector had freed its number, so its verdict is
 exact or :class:`OutcomeUnknown`.
 
 Reading, checkpoints and the collector's contract are in
-:mod:`memwal_datasource.commit_reader`.
+:mod:`memwal_datasource.log.commit_reader`.
 
     Spark driver commit()          other drivers, same moment
           |                                 |
@@ -38,8 +38,14 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import replace
 
-from . import hooks
-from .commit_format import (  # noqa: F401 - the log's public names, re-exported
+from .. import hooks
+from ..errors import (  # noqa: F401 - re-exported
+    CommitRefused,
+    CorruptEntryError,
+    MemWalError,
+    OutcomeUnknown,
+)
+from ..format.commit_format import (  # noqa: F401 - the log's public names, re-exported
     APPEND,
     CHECKPOINT_FORMAT,
     CHECKPOINTS_DIR,
@@ -64,15 +70,9 @@ from .commit_format import (  # noqa: F401 - the log's public names, re-exported
     record_key,
     stream_app_id,
 )
+from ..store import ObjectStore, put_resolved, read_both
 from .commit_intents import Intent, Intents
 from .commit_reader import MAX_RELOADS, CommitLogReader, remember_fold  # noqa: F401
-from .errors import (  # noqa: F401 - re-exported
-    CommitRefused,
-    CorruptEntryError,
-    MemWalError,
-    OutcomeUnknown,
-)
-from .store import ObjectStore, put_resolved, read_both
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ import threading
 import time
 import zlib
 
-from .commit_format import CHECKPOINT_FORMAT, Checkpoint
+from ..format.commit_format import CHECKPOINT_FORMAT, Checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ group record holding every pending intent it can validate. The argument for
 why this is exactly once is in docs/protocol.md ("Committing at scale").
 
 This module is the intents' storage form and the few decisions about them
-(who leads, which are fresh); :mod:`memwal_datasource.commit` does the rest.
+(who leads, which are fresh); :mod:`memwal_datasource.log.commit` does the rest.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .commit_format import INTENTS_DIR, CommitRecord
-from .errors import CorruptEntryError
-from .store import ObjectStore
+from ..errors import CorruptEntryError
+from ..format.commit_format import INTENTS_DIR, CommitRecord
+from ..store import ObjectStore
 
 log = logging.getLogger(__name__)
 

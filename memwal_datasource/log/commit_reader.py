@@ -12,7 +12,7 @@ checkpoint. Then "record ``n - 1`` is stored and ``n`` is not" means ``n`` is
 the tip, which is how readers notice that records they relied on were
 collected (and move to the newer checkpoint) instead of missing commits. It
 must also leave a grace period longer than any commit takes (as Delta's log
-retention does). Appending is :mod:`memwal_datasource.commit`.
+retention does). Appending is :mod:`memwal_datasource.log.commit`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from . import commit_folds
-from .commit_format import (
+from ..errors import CorruptEntryError, MemWalError
+from ..format.commit_format import (
     APPEND,
     CHECKPOINTS_DIR,
     COMMITS_DIR,
@@ -40,9 +40,9 @@ from .commit_format import (
     record_key,
     stream_app_id,
 )
-from .errors import CorruptEntryError, MemWalError
-from .store import ObjectStore, put_resolved, read_all
-from .wal import first_missing
+from ..shard.wal import first_missing
+from ..store import ObjectStore, put_resolved, read_all
+from . import commit_folds
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giv
 def remember_fold(store: ObjectStore, state: Checkpoint, ckpt: Checkpoint | None) -> None:
     """Keep ``state`` (a copy the caller no longer folds) as the newest fold of
     ``store``'s log: a new reader, here or (a remote store) in another process on this
-    host, starts there (:mod:`memwal_datasource.commit_folds`)."""
+    host, starts there (:mod:`memwal_datasource.log.commit_folds`)."""
     commit_folds.remember(store.uri, state, ckpt, host=store.remote)
 
 
@@ -65,7 +65,7 @@ class CommitLogReader:
     """Read and fold the commit records of one table, from the latest checkpoint.
 
     Reads start from the latest checkpoint, so they cost O(records since it).
-    :class:`~memwal_datasource.commit.CommitLog` adds appending on top.
+    :class:`~memwal_datasource.log.commit.CommitLog` adds appending on top.
     """
 
     def __init__(self, store: ObjectStore, *, retries: int = 3, retry_base_delay_ms: int = 50,

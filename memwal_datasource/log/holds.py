@@ -15,7 +15,7 @@ refreshing its hold and gc moves on after the TTL: a dead stream never pins
 the table for good. Every query run has a hold of its own (a Spark source is
 not told its query's identity); holds that expired long ago are deleted by gc.
 
-Shard leases (:mod:`memwal_datasource.leases`) do not fit: they exclude rival
+Shard leases (:mod:`memwal_datasource.shard.leases`) do not fit: they exclude rival
 writers of one shard through a chain of generations, while a hold has one
 writer, excludes nobody and carries a commit sequence. One overwritten object
 is all it needs.
@@ -35,8 +35,8 @@ import uuid
 import weakref
 from dataclasses import dataclass
 
-from . import hooks
-from .store import ObjectStore
+from .. import hooks
+from ..store import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from .errors import CollectedError, CorruptEntryError
-from .lance_manifest import compacted_generations
-from .store import ObjectStore, put_resolved
+from ..errors import CollectedError, CorruptEntryError
+from ..format.lance_manifest import compacted_generations
+from ..store import ObjectStore, put_resolved
 
 COMPACTION_DIR = "_memwal_compaction"
 # The "shard" whose compacted generation in the base table's MemWAL index is the

@@ -21,7 +21,7 @@ compare-and-set every compactor goes through.
 tombstones delete, an ``overwrite`` record replaces the table.
 
 **Without a primary key** the base table gets a hidden ``int64`` column
-:data:`~memwal_datasource.table_schema.ROW_KEY` (added, null for existing rows, by the
+:data:`~memwal_datasource.format.table_schema.ROW_KEY` (added, null for existing rows, by the
 first compaction: a schema-only commit; a compactor that loses that race to
 another gets Lance's commit conflict, re-reads and finds the column). Round
 ``R`` gives its ``i``-th row the key ``R << 32 | i`` and merges keyed on it
@@ -63,12 +63,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import hooks
-from .commit import OVERWRITE, CommittedRange
-from .errors import CollectedError, CompactionError, MemWalError
-from .lance_manifest import compacted_generations
-from .merge_join import join_source, joins_by_scan, maintain_key_index, out_of_memory, too_large
-from .rounds import (
+from .. import hooks
+from ..errors import CollectedError, CompactionError, MemWalError
+from ..format.lance_manifest import compacted_generations
+from ..format.table_schema import ROW_KEY, data_schema, primary_key_of
+from ..log.commit import OVERWRITE, CommittedRange
+from ..log.rounds import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_RECORDS,
     LEDGER_SHARD,
@@ -77,9 +77,9 @@ from .rounds import (
     oldest_kept_round,
     round_key,
 )
-from .store import put_resolved
-from .table import TOMBSTONE, TableView, last_per_key
-from .table_schema import ROW_KEY, data_schema, primary_key_of
+from ..store import put_resolved
+from ..table.view import TOMBSTONE, TableView, last_per_key
+from .merge_join import join_source, joins_by_scan, maintain_key_index, out_of_memory, too_large
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ What goes, per run:
 
 **One rule, one clock.** An entry becomes unnecessary when the compaction
 round that folded it commits; retention counts from then, as the round's done
-marker's modification time on the *store's* clock (:mod:`memwal_datasource.rounds`),
+marker's modification time on the *store's* clock (:mod:`memwal_datasource.log.rounds`),
 compared with the store's clock now. No writer's or driver's clock is
 involved. Retention is never below :data:`MIN_RETAIN_SECONDS`, which covers
 the longest a commit may take between its checks and its PUT
-(:data:`~memwal_datasource.commit.COMMIT_DEADLINE_S`); asking for less is
+(:data:`~memwal_datasource.log.commit.COMMIT_DEADLINE_S`); asking for less is
 refused with a warning and the minimum is used.
 
 **Plan and record are atomic.** The plan is made against commit records
@@ -28,7 +28,7 @@ checked against its floors and refused if it names a released position
 hidden by a floor.
 
 **Live writers are never fenced.** Before touching a shard, gc takes the
-shard's lease (:mod:`memwal_datasource.leases`); a shard a live job holds is
+shard's lease (:mod:`memwal_datasource.shard.leases`); a shard a live job holds is
 skipped until the next run. Deleting WAL files weakens fencing (a stalled
 writer could land in a freed slot), so each shard gc frees is fenced first (a
 new epoch and a sentinel at the tip, as a new writer would: only stalled
@@ -39,7 +39,7 @@ record only make less committable, deletes are idempotent, and a re-run
 recomputes the same floors.
 
 **Live streams keep what they planned.** A stream writes a reader hold
-(:mod:`memwal_datasource.holds`) before it plans a micro-batch: gc releases no
+(:mod:`memwal_datasource.log.holds`) before it plans a micro-batch: gc releases no
 commit record above a live hold's ``after_seq`` (nor the WAL entries such
 records name) and says which stream held them. Holds are read when planning,
 again just before the ``gc`` record (a hold that appeared meanwhile means
@@ -57,15 +57,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import hooks
-from .commit import COMMIT_DEADLINE_S, GC, SequenceTaken, record_key
-from .commit_intents import Intents
-from .errors import Fenced, MemWalError
-from .format import manifest_key, parse_bit_reversed_name
-from .holds import ReaderHold, ReaderHolds, lowest_held
-from .leases import Holder, Lease, Leases
-from .manifest import ManifestStore
-from .rounds import (
+from .. import hooks
+from ..errors import Fenced, MemWalError
+from ..format.memwal import manifest_key, parse_bit_reversed_name
+from ..log.commit import COMMIT_DEADLINE_S, GC, SequenceTaken, record_key
+from ..log.commit_intents import Intents
+from ..log.holds import ReaderHold, ReaderHolds, lowest_held
+from ..log.rounds import (
     done_key,
     done_ms,
     mark_done,
@@ -74,8 +72,10 @@ from .rounds import (
     recorded_round,
     round_key,
 )
-from .table import TableView
-from .wal import WalAppender
+from ..shard.leases import Holder, Lease, Leases
+from ..shard.manifest import ManifestStore
+from ..shard.wal import WalAppender
+from ..table.view import TableView
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def plan(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
          clock: Callable[[], int] | None = None) -> GcPlan:
     """What a collection would delete now (it writes only a clock probe and missing done
     markers of committed rounds). Nothing a live stream holds is released
-    (:mod:`memwal_datasource.holds`); stream holds that expired long ago go.
+    (:mod:`memwal_datasource.log.holds`); stream holds that expired long ago go.
 
     ``clock`` returns the store's time in ms (default: :meth:`ObjectStore.now_ms`);
     tests pass one that runs ahead to stand for time passing.

@@ -19,10 +19,10 @@ import re
 
 import pyarrow as pa
 
-from .errors import CompactionError
-from .rounds import CompactionRound
-from .table import TableView
-from .table_schema import ROW_KEY, primary_key_of
+from ..errors import CompactionError
+from ..format.table_schema import ROW_KEY, primary_key_of
+from ..log.rounds import CompactionRound
+from ..table.view import TableView
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Holding a shard lease: renewed in the background until it is released.
 
-:meth:`memwal_datasource.leases.Leases.hold` returns a :class:`HeldLease`. One
+:meth:`memwal_datasource.shard.leases.Leases.hold` returns a :class:`HeldLease`. One
 scheduler thread per process renews every held lease (each a heap entry) on a
 small reused pool, every TTL/3 by default. A renewal that finds the lease taken,
 or cannot land before the lease expires, stops the renewals and is raised by
-:meth:`HeldLease.check` as :class:`~memwal_datasource.lease_records.LeaseLost`.
+:meth:`HeldLease.check` as :class:`~memwal_datasource.format.lease_records.LeaseLost`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import time
 from concurrent import futures
 from typing import Protocol
 
-from .errors import raised_again
-from .lease_records import Holder, Lease, LeaseLost
+from ..errors import raised_again
+from ..format.lease_records import Holder, Lease, LeaseLost
 
-log = logging.getLogger("memwal_datasource.leases")
+log = logging.getLogger("memwal_datasource.shard.leases")
 
 
 class LeaseWriter(Protocol):
-    """What a held lease needs of :class:`~memwal_datasource.leases.Leases`."""
+    """What a held lease needs of :class:`~memwal_datasource.shard.leases.Leases`."""
 
     def _now_ms(self) -> int: ...
 

@@ -63,10 +63,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from . import hooks
-from .errors import StoreError
-from .lease_holding import HeldLease
-from .lease_records import (  # noqa: F401 - the lease module's public names
+from .. import hooks
+from ..errors import StoreError
+from ..format.lease_records import (  # noqa: F401 - the lease module's public names
     _HOLDER_FIELDS,
     _LEASE_FIELDS,
     Holder,
@@ -76,7 +75,8 @@ from .lease_records import (  # noqa: F401 - the lease module's public names
     LeaseLost,
     NoFreeShard,
 )
-from .store import ObjectStore, put_resolved
+from ..store import ObjectStore, put_resolved
+from .lease_holding import HeldLease
 
 log = logging.getLogger(__name__)
 

@@ -15,17 +15,17 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from . import hooks
-from .errors import CorruptEntryError, Fenced, ShardSealedError, StoreError
-from .format import MEM_WAL_DIR, manifest_key, parse_bit_reversed_name, version_hint_key
-from .manifest_format import (
+from .. import hooks
+from ..errors import CorruptEntryError, Fenced, ShardSealedError, StoreError
+from ..format.manifest_format import (
     ShardManifest,
     decode_manifest,
     decode_version_hint,
     encode_manifest,
     encode_version_hint,
 )
-from .store import ObjectStore, beside, put_resolved, read_both
+from ..format.memwal import MEM_WAL_DIR, manifest_key, parse_bit_reversed_name, version_hint_key
+from ..store import ObjectStore, beside, put_resolved, read_both
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

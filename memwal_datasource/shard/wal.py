@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from . import hooks
-from .errors import Fenced, MissingEntryError, OutcomeUnknown, WriterPoisoned, raised_again
-from .format import (
+from .. import hooks
+from ..errors import Fenced, MissingEntryError, OutcomeUnknown, WriterPoisoned, raised_again
+from ..format.memwal import (
     MEM_WAL_DIR,
     WalEntry,
     decode_wal_entry,
@@ -31,8 +31,8 @@ from .format import (
     parse_bit_reversed_name,
     wal_key,
 )
+from ..store import ObjectStore, put_resolved
 from .manifest import ManifestStore
-from .store import ObjectStore, put_resolved
 
 log = logging.getLogger(__name__)
 

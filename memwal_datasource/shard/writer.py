@@ -2,9 +2,9 @@
 
 ``put`` enqueues; a background flusher writes one WAL entry when
 ``max_wal_buffer_size`` bytes are pending or ``max_wal_flush_interval_ms`` has
-passed. :func:`memwal_datasource.shard_writer.open_shard_writer` opens it (or
-pylance's native MemTable writer, :mod:`memwal_datasource.native`); both
-implement :class:`~memwal_datasource.writer_base.ShardWriter`.
+passed. :func:`memwal_datasource.write.shard_writer.open_shard_writer` opens it (or
+pylance's native MemTable writer, :mod:`memwal_datasource.write.native`); both
+implement :class:`~memwal_datasource.shard.writer_base.ShardWriter`.
 
 Opening a writer **writes**: it claims a new epoch on the shard manifest,
 fencing any older writer, and may drop a fence sentinel at the WAL tip. A
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from . import hooks
-from .config import ShardWriterConfig
-from .errors import MemWalError, WriterStalled, raised_again
-from .format import FieldId, encode_wal_buffer, wal_entry_schema
+from .. import hooks
+from ..config import ShardWriterConfig
+from ..errors import MemWalError, WriterStalled, raised_again
+from ..format.memwal import FieldId, encode_wal_buffer, wal_entry_schema
 from .wal import WalAppender
 from .writer_base import FlushTiming, ShardWriter, WriterStats, as_batches, check_schema
 

@@ -1,9 +1,9 @@
 """What both writer modes share: the :class:`ShardWriter` interface, its statistics
 and the checks a put makes on its batches.
 
-The WAL-only writer (:mod:`memwal_datasource.writer`) and pylance's native
-MemTable writer (:mod:`memwal_datasource.native`) implement the interface;
-:func:`memwal_datasource.shard_writer.open_shard_writer` picks one.
+The WAL-only writer (:mod:`memwal_datasource.shard.writer`) and pylance's native
+MemTable writer (:mod:`memwal_datasource.write.native`) implement the interface;
+:func:`memwal_datasource.write.shard_writer.open_shard_writer` picks one.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from .errors import ConfigError, NotInThisMode
-from .table_schema import same_logical_type, with_table_columns
+from ..errors import ConfigError, NotInThisMode
+from ..format.table_schema import same_logical_type, with_table_columns
 
 log = logging.getLogger(__name__)
 

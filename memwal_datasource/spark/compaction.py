@@ -2,11 +2,11 @@
 
 For tables whose commit records name more shards and WAL entries than one
 process reads quickly. The guarantees are the core's
-(:mod:`memwal_datasource.compact`), because the steps that make compaction
+(:mod:`memwal_datasource.maintenance.compact`), because the steps that make compaction
 exactly once stay on the driver and are the very same functions:
 
 * **driver**: fixes round ``R``'s intent (which commit records it folds,
-  put-if-absent, :func:`~memwal_datasource.compact.next_round`) and lists
+  put-if-absent, :func:`~memwal_datasource.maintenance.compact.next_round`) and lists
   the round's committed ranges in commit order;
 * **one Spark task per shard** (the shard's ranges in the round): reads and
   decodes its WAL entries (only each range's epoch), and on a table with a
@@ -14,7 +14,7 @@ exactly once stay on the driver and are the very same functions:
   rows as Arrow IPC bytes, each row tagged with its place in commit order;
 * **driver**: merges the tasks' rows in commit order (newest row per key
   across shards), and commits them with the one ``merge_insert`` that carries
-  the ledger mark ``R`` (:func:`~memwal_datasource.compact.commit_round`).
+  the ledger mark ``R`` (:func:`~memwal_datasource.maintenance.compact.commit_round`).
 
 What is parallel: the WAL reads, decoding and per-shard deduplication (the
 object-store round trips, which dominate on S3 with many shards). What is
@@ -40,8 +40,10 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from ..commit import CommittedRange
-from ..compact import (
+from ..format.table_schema import data_schema, primary_key_of
+from ..log.commit import CommittedRange
+from ..log.rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
+from ..maintenance.compact import (
     CompactionSummary,
     RoundResult,
     commit_round,
@@ -49,10 +51,8 @@ from ..compact import (
     round_ranges,
     sstable_marks,
 )
-from ..compact import compact as core_compact
-from ..rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
-from ..table import CompactionRound, TableView, last_per_key
-from ..table_schema import data_schema, primary_key_of
+from ..maintenance.compact import compact as core_compact
+from ..table.view import CompactionRound, TableView, last_per_key
 
 log = logging.getLogger("memwal_datasource")
 ORDER = "__memwal_order"  # a row's place in the round's commit order

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..errors import ConfigError
-from ..table import TOMBSTONE
-from ..table_info import TableInfo, describe_table
-from ..table_schema import primary_key_of, same_logical_type
+from ..format.table_schema import primary_key_of, same_logical_type
+from ..table.table_info import TableInfo, describe_table
+from ..table.view import TOMBSTONE
 from .options import WriteOptions
 from .schema import table_schema_for
 

@@ -17,8 +17,8 @@ from difflib import get_close_matches
 
 from ..config import CHOICES, RANGES, ShardWriterConfig
 from ..errors import ConfigError
-from ..leases import DEFAULT_TTL_S
 from ..options import STORAGE_PREFIX
+from ..shard.leases import DEFAULT_TTL_S
 
 WRITE, STREAM_WRITE, READ, STREAM_READ = "write", "stream write", "read", "stream read"
 WRITES = (WRITE, STREAM_WRITE)

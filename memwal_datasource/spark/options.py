@@ -14,15 +14,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..commit import STREAM_KEY_PREFIX, Txn
 from ..config import ShardWriterConfig
 from ..errors import ConfigError
-from ..format import FieldId
-from ..leases import DEFAULT_TTL_S
-from ..native import check_native_config
+from ..format.memwal import FieldId
+from ..log.commit import STREAM_KEY_PREFIX, Txn
 from ..options import normalize, redact
-from ..sharding import Sharding, ShardingRequest
+from ..shard.leases import DEFAULT_TTL_S
 from ..store import local_path
+from ..table.sharding import Sharding, ShardingRequest
+from ..write.native import check_native_config
 from .option_table import (
     DEFAULT_LEASE_WAIT_S,
     READS,
@@ -33,7 +33,7 @@ from .option_table import (
 )
 
 if TYPE_CHECKING:
-    from ..table_info import TableStamp
+    from ..table.table_info import TableStamp
 
 # WAL-only Spark tasks queue at most this many WAL entries' worth of batches.
 SPARK_QUEUE_ENTRIES = 2

@@ -3,7 +3,7 @@ writer group's pool, continuing a writer its Python worker kept where it may.
 
 A task leases a free shard of the pool before its first row: its partition id's
 slot when free (uncontended jobs reuse the same shards), else one this process
-keeps a writer on (:mod:`memwal_datasource.writer_pool`), else the next free slot;
+keeps a writer on (:mod:`memwal_datasource.write.writer_pool`), else the next free slot;
 with ``num_shards`` it waits for one of those. Tables with a sharding spec write
 through :mod:`memwal_datasource.spark.shard_turns` instead.
 """
@@ -18,10 +18,10 @@ from dataclasses import replace
 import pyarrow as pa
 
 from .. import hooks
-from ..leases import HeldLease, Holder, Leases, NoFreeShard
+from ..shard.leases import HeldLease, Holder, Leases, NoFreeShard
+from ..shard.writer_base import ShardWriter, WriterStats
 from ..store import beside, read_both
-from ..writer_base import ShardWriter, WriterStats
-from ..writer_pool import POOL, KeptWriter
+from ..write.writer_pool import POOL, KeptWriter
 from .options import WriteOptions
 from .shard_turns import open_shard
 
@@ -37,7 +37,7 @@ class PoolShard:
 
     The task leases a free shard of the pool: its partition id's slot when
     free (uncontended jobs reuse the same shards), else one this process
-    keeps a writer on (see :mod:`memwal_datasource.writer_pool`), else the
+    keeps a writer on (see :mod:`memwal_datasource.write.writer_pool`), else the
     next free slot; with ``num_shards`` it waits for one of those. The lease is renewed in
     the background; a lost one (taken after it expired) fails the task
     before it closes, and Spark retries the task.
@@ -53,7 +53,7 @@ class PoolShard:
         self.lease_s = 0.0
         self.open_s = 0.0
         # A first attempt on a WAL-only pool may take a writer a previous task of this
-        # process kept (see memwal_datasource.writer_pool); retries always claim anew.
+        # process kept (see memwal_datasource.write.writer_pool); retries always claim anew.
         self.keepable = (opts.keep_writers and holder.attempt == 0
                          and not opts.config.enable_memtable and opts.sharding is None)
         self.key: tuple | None = None
@@ -256,7 +256,7 @@ class PoolShard:
             return shard
 
     def check(self) -> None:
-        """Raise :class:`~memwal_datasource.leases.LeaseLost` if the lease was lost."""
+        """Raise :class:`~memwal_datasource.shard.leases.LeaseLost` if the lease was lost."""
         if self.held is not None:
             self.held.check()
 

@@ -1,7 +1,7 @@
 """The driver's table preparation for a write: create the table, or check the DataFrame.
 
 Runs where Spark plans the write (``DataSource.writer()``), before any task.
-An existing table is read through :mod:`memwal_datasource.table_info`: its
+An existing table is read through :mod:`memwal_datasource.table.table_info`: its
 description of the latest version, kept in the table, spares the planner
 (a Spark Python worker) pylance's import; pylance is imported only to create
 the table or to describe a version nobody described yet.
@@ -17,14 +17,14 @@ from urllib.parse import urlparse
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from .. import sharding
-from ..commit import COMMITS_DIR
 from ..errors import ConfigError, MemWalError
-from ..format import MEM_WAL_DIR
-from ..sharding import check_requested
+from ..format.memwal import MEM_WAL_DIR
+from ..format.table_schema import data_schema, primary_key_of, schema_mismatch, without_row_key
+from ..log.commit import COMMITS_DIR
 from ..store import ObjectStore, open_store
-from ..table_info import TableInfo, TableStamp, describe_created, describe_table
-from ..table_schema import data_schema, primary_key_of, schema_mismatch, without_row_key
+from ..table import sharding
+from ..table.sharding import check_requested
+from ..table.table_info import TableInfo, TableStamp, describe_created, describe_table
 from .deletes import prepare_delete
 from .options import WriteOptions
 from .schema import align_timestamps, check_key_types, table_schema_for
@@ -118,7 +118,7 @@ def prepare_writer_options(opts: WriteOptions, schema: pa.Schema,
     """Driver: checks that need the table, and what tasks need of it (sharding, field ids).
 
     ``schema`` is the table's (after :func:`prepare_table`);
-    ``table`` its description, read here when not given (:mod:`memwal_datasource.table_info`).
+    ``table`` its description, read here when not given (:mod:`memwal_datasource.table.table_info`).
     """
     pk = primary_key_of(schema)
     opts = opts.with_table_key(bool(pk))

@@ -15,14 +15,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..commit import CommittedRange, CommittedView
-from ..format import entry_columns, has_field_ids
-from ..manifest import list_shards
+from ..format.memwal import entry_columns, has_field_ids
+from ..format.table_schema import ROW_KEY, data_schema, primary_key_of
+from ..log.commit import CommittedRange, CommittedView
+from ..shard.manifest import list_shards
+from ..shard.wal import WalTailer
+from ..shard.writer_base import cast_columns
 from ..store import open_store
-from ..table import TOMBSTONE, TableView, field_ids, last_per_key
-from ..table_schema import ROW_KEY, data_schema, primary_key_of
-from ..wal import WalTailer
-from ..writer_base import cast_columns
+from ..table.view import TOMBSTONE, TableView, field_ids, last_per_key
 from .options import ReadOptions
 from .worker_entry import enter, entry_point
 

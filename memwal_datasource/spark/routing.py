@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from ..sharding import BUCKET, IDENTITY, Sharding, table_sharding
-from ..table import open_table, table_exists
+from ..table.sharding import BUCKET, IDENTITY, Sharding, table_sharding
+from ..table.view import open_table, table_exists
 from .options import STORAGE_PREFIX, WriteOptions, storage_options, table_path
 from .prepare import prepare_table
 

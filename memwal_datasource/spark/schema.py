@@ -19,8 +19,8 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
-from ..format import TOMBSTONE
-from ..table_schema import ROW_KEY
+from ..format.memwal import TOMBSTONE
+from ..format.table_schema import ROW_KEY
 
 # Column names the MemWAL format gives a meaning of its own.
 RESERVED_COLUMNS = {

@@ -6,7 +6,7 @@ other tasks) hold too. Lance's rule is one key, one shard, one writer at a
 time, so the tasks of a job **take turns per shard**:
 
 * **Streaming.** Each batch is split by the table's sharding spec
-  (:meth:`~memwal_datasource.sharding.Sharding.route`). A task writes a
+  (:meth:`~memwal_datasource.table.sharding.Sharding.route`). A task writes a
   shard directly when it holds its lease or can take it now (never
   waiting). Rows of a shard a sibling or another job holds go to an
   executor-local Arrow IPC file, one per shard (:class:`SpillFiles`), not to
@@ -54,15 +54,15 @@ from typing import Any
 import pyarrow as pa
 
 from .. import hooks
-from ..commit import CommittedRange
 from ..errors import Fenced
-from ..leases import HeldLease, Holder, Lease, LeaseHeld, Leases
-from ..manifest import ManifestStore
-from ..shard_writer import open_shard_writer
-from ..sharding import ShardConflict, initialize_shard
+from ..format.table_schema import primary_key_of
+from ..log.commit import CommittedRange
+from ..shard.leases import HeldLease, Holder, Lease, LeaseHeld, Leases
+from ..shard.manifest import ManifestStore
+from ..shard.writer_base import ShardWriter, check_schema
 from ..store import open_store
-from ..table_schema import primary_key_of
-from ..writer_base import ShardWriter, check_schema
+from ..table.sharding import ShardConflict, initialize_shard
+from ..write.shard_writer import open_shard_writer
 from .deletes import tombstone_schema, tombstones
 from .options import WriteOptions
 
@@ -376,7 +376,7 @@ class ShardTurns:
     # -- leases and failures ---------------------------------------------------------------
 
     def check(self) -> None:
-        """Raise :class:`~memwal_datasource.leases.LeaseLost` if a held lease was lost."""
+        """Raise :class:`~memwal_datasource.shard.leases.LeaseLost` if a held lease was lost."""
         for held in self.held.values():
             held.check()
 
@@ -419,7 +419,7 @@ def check_job_ranges(path: str, ranges: list[CommittedRange], *,
     ordered = sorted(ranges, key=lambda r: (r.shard_id, r.first))
     for a, b in zip(ordered, ordered[1:], strict=False):
         # With ``kept_writers`` (unsharded pools) the same epoch twice is one writer
-        # serving two tasks in turn (memwal_datasource.writer_pool): positions still rise.
+        # serving two tasks in turn (memwal_datasource.write.writer_pool): positions still rise.
         older = b.epoch < a.epoch if kept_writers else b.epoch <= a.epoch
         if a.shard_id == b.shard_id and (b.first <= a.last or older):
             raise ShardConflict(

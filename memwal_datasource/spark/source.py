@@ -22,13 +22,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from ..commit import COMMITS_DIR, OVERWRITE, Txn, stream_app_id
 from ..errors import ConfigError, MemWalError, without_native_locations
-from ..format import MEM_WAL_DIR
+from ..format.memwal import MEM_WAL_DIR
+from ..format.table_schema import without_row_key
+from ..log.commit import COMMITS_DIR, OVERWRITE, Txn, stream_app_id
 from ..options import scrub_url
 from ..store import ObjectStore, open_store
-from ..table_info import TableInfo, describe_table
-from ..table_schema import without_row_key
+from ..table.table_info import TableInfo, describe_table
 from .interpreter import check_python_workers
 from .options import ReadOptions, WriteOptions
 from .prepare import check_store, prepare_table, prepare_table_info
@@ -185,7 +185,7 @@ def checkpoint_query_id(location: str) -> str:
 
 
 def open_for_read(path: str, storage: dict[str, str]) -> TableInfo:
-    """The description of the table to read (:mod:`memwal_datasource.table_info`: no
+    """The description of the table to read (:mod:`memwal_datasource.table.table_info`: no
     pylance where a writer kept it), with errors that say what to do.
 
     The store is checked first, so rejected or missing S3 credentials are

@@ -20,13 +20,13 @@ A stream serves committed entries only, in commit order, without end:
 :func:`refuse_unsupported` rejects the read options it cannot honour.
 
 **Beside garbage collection.** Each query run keeps a reader hold
-(:mod:`memwal_datasource.holds`) naming the last commit record it no longer
+(:mod:`memwal_datasource.log.holds`) naming the last commit record it no longer
 needs; gc releases nothing above it. The hold is written *before* the run
 plans: a new query holds everything, then resolves ``earliest`` (the oldest
 record whose entries are still stored, which therefore stays stored until it
 is read); every micro-batch holds from its start offset before planning and
 reading it, and a commit moves the hold to the batch's end. A hold lapses
-:data:`~memwal_datasource.holds.DEFAULT_HOLD_TTL_S` after the run last wrote it
+:data:`~memwal_datasource.log.holds.DEFAULT_HOLD_TTL_S` after the run last wrote it
 (judged on the store's clock), so a stopped query keeps gc back only that long.
 A micro-batch this run did not plan under its hold (a restart re-running the
 planned batch from the checkpoint, or a hold that lapsed) is checked against
@@ -50,9 +50,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..commit import GC, CommitLog, CommitRecord
 from ..errors import CollectedError, ConfigError, MemWalError
-from ..holds import DEFAULT_HOLD_TTL_S, HoldKeeper
+from ..log.commit import GC, CommitLog, CommitRecord
+from ..log.holds import DEFAULT_HOLD_TTL_S, HoldKeeper
 from ..store import open_store
 from .options import ReadOptions, StreamStart
 from .reader import WalRange, read_partition, split

@@ -4,7 +4,7 @@ The writer object is built on the driver and pickled to executors, so it
 holds only plain settings; stores, clients and files are created inside
 ``write()``.
 
-A task leases each shard (:mod:`memwal_datasource.leases`) before it claims it
+A task leases each shard (:mod:`memwal_datasource.shard.leases`) before it claims it
 and releases it after closing, so live writers never fence each other; the
 epoch claim still fences any older writer, so a lost lease costs a retry,
 never rows. Without a sharding spec a task writes one shard of its writer
@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..commit import (
+from ..log.commit import (
     APPEND,
     OVERWRITE,
     CommitLog,
@@ -38,11 +38,11 @@ from ..commit import (
     Txn,
     stream_app_id,
 )
-from ..leases import Holder, Leases
-from ..rehome import DRIVER_PARTITION, Rehomer
+from ..shard.leases import Holder, Leases
 from ..store import open_store
-from ..table import TableView
-from ..table_info import TableInfo
+from ..table.table_info import TableInfo
+from ..table.view import TableView
+from ..write.rehome import DRIVER_PARTITION, Rehomer
 from .options import WriteOptions
 from .pool_shard import PoolShard
 from .prepare import prepare_writer_options
@@ -191,7 +191,7 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     With ``txn`` (an idempotency key) a job whose key is already committed
     writes nothing and returns the earlier record. A micro-batch that wrote no
     rows writes no record and returns ``None``. On a sharded table a shard
-    another writer overtook is re-homed (:mod:`memwal_datasource.rehome`);
+    another writer overtook is re-homed (:mod:`memwal_datasource.write.rehome`);
     ``job_label`` names the job in its record and leases.
     """
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]

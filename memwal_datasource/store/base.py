@@ -150,7 +150,7 @@ class ObjectStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error. Only garbage collection
-        deletes WAL files, under the rules of :mod:`memwal_datasource.gc`."""
+        deletes WAL files, under the rules of :mod:`memwal_datasource.maintenance.gc`."""
 
     def delete_many(self, keys: list[str]) -> None:
         """Remove every key of ``keys`` (missing ones are no error), in as few requests

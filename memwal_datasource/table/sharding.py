@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import ConfigError, MemWalError, without_native_locations
-from .manifest import ManifestStore
-from .options import lance_storage_options
-from .store import ObjectStore
+from ..errors import ConfigError, MemWalError, without_native_locations
+from ..options import lance_storage_options
+from ..shard.manifest import ManifestStore
+from ..store import ObjectStore
 
 # Shard ids of sharded tables are uuid5 in this namespace of (spec, value).
 SHARDING_NAMESPACE = uuid.UUID("0b7f6a2e-3c1d-5e84-9f2a-7d4c1b6e8a90")
@@ -287,7 +287,7 @@ def table_sharding(ds) -> Sharding | None:
     * :meth:`Sharding.unrecorded` (one shard) for a primary-key table without one;
     * None for a table without a primary key or a spec (shards follow writers).
     """
-    from .table_schema import primary_key_of
+    from ..format.table_schema import primary_key_of
 
     recorded = spec_of(ds.mem_wal_index_details(), ds.lance_schema, ds.uri)
     if recorded is None and primary_key_of(ds.schema):
@@ -341,14 +341,14 @@ def create_table(uri: str, schema: pa.Schema, primary_key: Sequence[str],
     The spec is ``request``'s; without one a primary-key table gets
     :func:`default_request` (Lance's rule needs one key in one shard, and a
     recorded spec lets many writers share the table), and a table without a
-    primary key gets none (:func:`memwal_datasource.table.create_table`: shards
+    primary key gets none (:func:`memwal_datasource.table.view.create_table`: shards
     follow writers). A racing creator's table is accepted if its spec matches
     an explicit request (any spec, for a default one), refused if not.
     """
     import lance
 
-    from . import table
-    from .table_schema import base_schema
+    from ..format.table_schema import base_schema
+    from . import view as table
 
     if request is None and not primary_key:
         return table.create_table(uri, schema, primary_key, storage_options)

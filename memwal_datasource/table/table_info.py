@@ -31,13 +31,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import without_native_locations
-from .format import FieldId
-from .options import lance_storage_options
+from ..errors import without_native_locations
+from ..format.memwal import FieldId
+from ..format.table_schema import primary_key_of
+from ..options import lance_storage_options
+from ..store import ObjectStore, open_store, read_both
 from .sharding import Sharding, spec_of
-from .store import ObjectStore, open_store, read_both
-from .table import field_ids, open_table
-from .table_schema import primary_key_of
+from .view import field_ids, open_table
 
 log = logging.getLogger("memwal_datasource")
 
@@ -154,7 +154,7 @@ class TableInfo:
 
     def sharding(self, uri: str, storage: Mapping[str, str] | None = None) -> Sharding | None:
         """The sharding of the table at ``uri``, as
-        :func:`~memwal_datasource.sharding.table_sharding` gives it, without its
+        :func:`~memwal_datasource.table.sharding.table_sharding` gives it, without its
         ``LanceSchema`` until it evaluates the spec on rows (:class:`TableSharding`)."""
         if self.sharding_spec is not None:
             return TableSharding(spec=self.sharding_spec, lance_schema=None,

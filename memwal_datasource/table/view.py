@@ -2,7 +2,7 @@
 
 Module-level helpers create and open the Lance dataset (its schema rules, the
 primary-key marks and the checks a write's schema meets, are in
-:mod:`memwal_datasource.table_schema`). :class:`TableView` is the one read view
+:mod:`memwal_datasource.format.table_schema`). :class:`TableView` is the one read view
 through which every reader, the compactor, the garbage collector and the CLI
 see shards, commit records and compaction state. The user's
 :class:`~memwal_datasource.memwal_table.MemWalTable` adds the maintenance verbs
@@ -24,18 +24,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .commit import CommitLog, CommittedRange
-from .errors import (
+from ..errors import (
     CollectedError,
     MemWalError,
     MissingEntryError,
     without_native_locations,
 )
-from .format import TOMBSTONE, FieldId, entry_columns, has_field_ids
-from .manifest import ManifestStore, list_shards
-from .manifest_format import ShardManifest
-from .options import lance_storage_options
-from .rounds import (  # noqa: F401 - re-exported: compaction state as the table sees it
+from ..format.manifest_format import ShardManifest
+from ..format.memwal import TOMBSTONE, FieldId, entry_columns, has_field_ids
+from ..format.table_schema import base_schema, data_schema, primary_key_of
+from ..log.commit import CommitLog, CommittedRange
+from ..log.rounds import (  # noqa: F401 - re-exported: compaction state as the table sees it
     LEDGER_SHARD,
     CompactionRound,
     folded_upto,
@@ -43,9 +42,10 @@ from .rounds import (  # noqa: F401 - re-exported: compaction state as the table
     recorded_round,
     round_key,
 )
-from .store import ObjectStore, open_store
-from .table_schema import base_schema, data_schema, primary_key_of
-from .wal import WalTailer
+from ..options import lance_storage_options
+from ..shard.manifest import ManifestStore, list_shards
+from ..shard.wal import WalTailer
+from ..store import ObjectStore, open_store
 
 _View = TypeVar("_View", bound="TableView")  # open() returns the class it is called on
 

@@ -32,9 +32,9 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from . import hooks
-from .config import ShardWriterConfig
-from .errors import (
+from .. import hooks
+from ..config import ShardWriterConfig
+from ..errors import (
     ConfigError,
     Fenced,
     MemWalError,
@@ -42,15 +42,15 @@ from .errors import (
     WriterPoisoned,
     raised_again,
 )
-from .lance_manifest import compacted_generations
-from .manifest import ManifestStore
-from .manifest_format import ShardManifest
-from .options import lance_storage_options
-from .store import ObjectStore, open_store
-from .table import TableSnapshot, TableView
-from .table_schema import primary_key_of
-from .wal import WalAppender, WalTailer, find_tip
-from .writer_base import ShardWriter, WriterStats, as_batches, check_schema
+from ..format.lance_manifest import compacted_generations
+from ..format.manifest_format import ShardManifest
+from ..format.table_schema import primary_key_of
+from ..options import lance_storage_options
+from ..shard.manifest import ManifestStore
+from ..shard.wal import WalAppender, WalTailer, find_tip
+from ..shard.writer_base import ShardWriter, WriterStats, as_batches, check_schema
+from ..store import ObjectStore, open_store
+from ..table.view import TableSnapshot, TableView
 
 # Config fields pylance 14's mem_wal_writer accepts as keyword arguments.
 NATIVE_KWARGS = (
@@ -446,7 +446,7 @@ def committed_lsm_scanner(table: TableView):
     This is Lance's LSM view (newest row per primary key) of what MemTable-mode
     jobs committed: never an uncommitted attempt's SSTable, whatever the shard
     manifests list. Rows committed WAL-only join it when compaction folds them
-    into the base table; until then :func:`memwal_datasource.table.read_table`
+    into the base table; until then :func:`memwal_datasource.table.view.read_table`
     is the fresher view. Refused while an uncompacted overwrite hides the base
     table, which ``LsmScanner`` cannot hide.
     """

@@ -1,7 +1,7 @@
 """Re-home a refused commit: the driver's retry when a newer epoch of a shard committed first.
 
 On a sharded (primary-key) table a shard's writers commit in epoch order
-(:meth:`~memwal_datasource.commit.CommitLog.append` with ``ordered_epochs``):
+(:meth:`~memwal_datasource.log.commit.CommitLog.append` with ``ordered_epochs``):
 readers and compaction keep each key's newest value by commit order, and a
 committed newer epoch is what proves an older uncommitted attempt dead. A
 task releases its shard's lease when its turn ends, not when its job
@@ -34,7 +34,7 @@ again, at most ``rounds`` times, then the job fails with ``CommitRefused``
 naming the writer that overtook it. A refusal because garbage collection
 released the positions stays a refusal. The old attempt's entries stay
 uncommitted; a newer committed epoch makes them dead for garbage collection
-(:meth:`~memwal_datasource.commit.CommitLog.superseded`).
+(:meth:`~memwal_datasource.log.commit.CommitLog.superseded`).
 
 Spark-free: the Spark driver (``spark/writer.py``) and any other committer
 call :meth:`Rehomer.append` where they would call ``CommitLog.append``.
@@ -50,11 +50,10 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import hooks
-from .commit import CommitLog, CommitRecord, CommitResult, CommittedRange
-from .config import ShardWriterConfig
-from .errors import CollectedError, CommitRefused, MemWalError
-from .format import (
+from .. import hooks
+from ..config import ShardWriterConfig
+from ..errors import CollectedError, CommitRefused, MemWalError
+from ..format.memwal import (
     FENCE_SENTINEL_KEY,
     GENERATION_KEY,
     WRITER_EPOCH_KEY,
@@ -62,12 +61,13 @@ from .format import (
     entry_columns,
     has_field_ids,
 )
-from .leases import DEFAULT_TTL_S, HeldLease, Holder, LeaseHeld, Leases
+from ..format.table_schema import without_row_key
+from ..log.commit import CommitLog, CommitRecord, CommitResult, CommittedRange
+from ..shard.leases import DEFAULT_TTL_S, HeldLease, Holder, LeaseHeld, Leases
+from ..shard.wal import WalAppender
+from ..shard.writer_base import cast_columns
+from ..table.view import TableView, field_ids
 from .shard_writer import open_shard_writer
-from .table import TableView, field_ids
-from .table_schema import without_row_key
-from .wal import WalAppender
-from .writer_base import cast_columns
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """The mode switch: :func:`open_shard_writer` opens a writer of the configured mode.
 
 * ``enable_memtable=False``: our asynchronous batched WAL-only pipeline
-  (:class:`~memwal_datasource.writer.WalOnlyShardWriter`).
+  (:class:`~memwal_datasource.shard.writer.WalOnlyShardWriter`).
 * ``enable_memtable=True``: pylance's native ShardWriter
-  (:class:`~memwal_datasource.native.NativeShardWriter`), which owns the
+  (:class:`~memwal_datasource.write.native.NativeShardWriter`), which owns the
   MemTable, replay on open, SSTable flush and indexes.
 
-Both sit below this module and share :mod:`memwal_datasource.writer_base`.
+Both sit below this module and share :mod:`memwal_datasource.shard.writer_base`.
 Opening a writer **writes**: it claims a new epoch on the shard manifest,
 fencing any older writer, and may drop a fence sentinel at the WAL tip. A
 writer that raises :class:`~memwal_datasource.errors.Fenced` must stop; reopen
@@ -19,15 +19,15 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from .config import ShardWriterConfig
-from .format import FieldId
-from .manifest import ManifestStore
+from ..config import ShardWriterConfig
+from ..format.memwal import FieldId
+from ..shard.manifest import ManifestStore
+from ..shard.wal import WalAppender
+from ..shard.writer import WalOnlyShardWriter
+from ..shard.writer_base import ShardWriter
+from ..store import ObjectStore, open_store
+from ..table.view import lance_field_ids
 from .native import NativeShardWriter
-from .store import ObjectStore, open_store
-from .table import lance_field_ids
-from .wal import WalAppender
-from .writer import WalOnlyShardWriter
-from .writer_base import ShardWriter
 
 
 def open_shard_writer(
@@ -44,7 +44,7 @@ def open_shard_writer(
     """Validate ``config``, claim the shard and return a writer of the configured mode.
 
     WAL-only entries carry the table's Lance field ids as pylance's do:
-    ``field_ids`` (from :func:`memwal_datasource.table.field_ids`) saves reading
+    ``field_ids`` (from :func:`memwal_datasource.table.view.field_ids`) saves reading
     them from the table at ``uri``; without a Lance table there, entries carry none.
     ``manifests``: the shard's chain as the caller already read it (its store is used).
     """

@@ -45,7 +45,7 @@ writer, never a claim). The rules that keep fencing the guarantee:
   a writer whose check failed is not given back.
 * A writer is taken only by a task of the same table: the one its planner
   read (a Lance version and its manifest's modification time,
-  :class:`~memwal_datasource.table_info.TableStamp`), or a later version of it
+  :class:`~memwal_datasource.table.table_info.TableStamp`), or a later version of it
   while the writer's version is still there. A table deleted and made anew at
   the same path reuses the shard ids, and a new epoch there may equal the
   kept writer's: its fence check could not tell.
@@ -67,13 +67,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import MemWalError
-from .leases import HeldLease, Holder, Lease
-from .writer_base import ShardWriter
+from ..errors import MemWalError
+from ..shard.leases import HeldLease, Holder, Lease
+from ..shard.writer_base import ShardWriter
 
 if TYPE_CHECKING:
-    from .store import ObjectStore
-    from .table_info import TableStamp
+    from ..store import ObjectStore
+    from ..table.table_info import TableStamp
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from memwal_datasource.cli import (
     main,
     short_ids,
 )
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.manifest_format import SHARD_SEALED
+from memwal_datasource.format.manifest_format import SHARD_SEALED
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, record_key
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.store import open_store
-from memwal_datasource.wal import WalAppender
 from tests.helpers import later
 
 SHARD = "6f1c1e1e-0000-4000-8000-0000000000aa"
@@ -67,7 +67,7 @@ def one_line_error(out, code: int, *needles: str) -> None:
 
 def pk_table_with_commits(location, n: int, nbytes: int = 0):
     """A PK table whose shard holds ``n`` committed one-entry writes (ids 0..n-1)."""
-    from memwal_datasource.table import create_table
+    from memwal_datasource.table.view import create_table
 
     uri, opts = location
     create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
@@ -284,7 +284,7 @@ def test_wrong_s3_prefix_or_bucket_is_exit_3(table):
 
 @pytest.mark.parametrize("backend", ["local", "s3", "azure"])
 def test_compact_dry_run_then_compacts_and_says_so(location):
-    from memwal_datasource.table import read_table
+    from memwal_datasource.table.view import read_table
 
     uri, opts, store = pk_table_with_commits(location, 3)
     args = [x for k, v in opts.items() for x in ("--storage", f"{k}={v}")]
@@ -321,9 +321,9 @@ def test_compact_bounds_a_round_by_bytes(location):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_gc_dry_run_lists_then_deletes(location, monkeypatch):
-    from memwal_datasource.compact import compact
+    from memwal_datasource.maintenance.compact import compact
     from memwal_datasource.store import LocalStore
-    from memwal_datasource.table import TableView
+    from memwal_datasource.table.view import TableView
 
     uri, opts, store = pk_table_with_commits(location, 2)
     compact(TableView(uri, opts))
@@ -349,9 +349,9 @@ def test_gc_dry_run_lists_then_deletes(location, monkeypatch):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
-    from memwal_datasource.compact import compact
-    from memwal_datasource.gc import collect
-    from memwal_datasource.table import TableView
+    from memwal_datasource.maintenance.compact import compact
+    from memwal_datasource.maintenance.gc import collect
+    from memwal_datasource.table.view import TableView
 
     uri, opts, store = pk_table_with_commits(location, 3, nbytes=10)
     CommitLog(store).checkpoint()
@@ -377,7 +377,7 @@ def test_cli_reads_a_table_after_compaction_and_garbage_collection(location):
 def test_compact_dry_run_plans_a_table_without_primary_key(location):
     import lance
 
-    from memwal_datasource.table import create_table
+    from memwal_datasource.table.view import create_table
 
     uri, opts = location
     create_table(uri, SCHEMA, storage_options=opts)
@@ -402,9 +402,9 @@ def test_compact_dry_run_plans_a_table_without_primary_key(location):
 @pytest.mark.parametrize("backend", ["local"])
 def test_gc_losing_a_race_to_a_live_writer_skips_its_shard(location, monkeypatch):
     from memwal_datasource import hooks
-    from memwal_datasource.compact import compact
+    from memwal_datasource.maintenance.compact import compact
     from memwal_datasource.store import LocalStore
-    from memwal_datasource.table import TableView
+    from memwal_datasource.table.view import TableView
 
     uri, opts, store = pk_table_with_commits(location, 2)
     compact(TableView(uri, opts))
@@ -468,8 +468,7 @@ def test_tail_starts_at_the_last_entries_unless_from_start(table):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_manifest_shows_a_bucket_value_as_an_integer(location):
-    from memwal_datasource import sharding
-
+    from memwal_datasource.table.view import sharding
     uri, opts = location
     ds = sharding.create_table(uri, SCHEMA, ["id"], opts,
                                sharding.ShardingRequest(bucket_column="id", num_buckets=16))
@@ -486,8 +485,8 @@ def test_manifest_shows_a_bucket_value_as_an_integer(location):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_gc_says_which_stream_holds_what_it_kept(location, monkeypatch):
-    from memwal_datasource.compact import compact
-    from memwal_datasource.holds import ReaderHold, ReaderHolds
+    from memwal_datasource.log.holds import ReaderHold, ReaderHolds
+    from memwal_datasource.maintenance.compact import compact
     from memwal_datasource.memwal_table import MemWalTable
     from memwal_datasource.store import LocalStore
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource.errors import CorruptEntryError
-from memwal_datasource.format import (
+from memwal_datasource.format.memwal import (
     bit_reversed_name,
     decode_wal_entry,
     encode_sentinel,

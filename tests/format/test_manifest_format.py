@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from memwal_datasource._proto import ShardManifestPB
 from memwal_datasource.errors import CorruptEntryError
-from memwal_datasource.manifest_format import (
+from memwal_datasource.format._proto import ShardManifestPB
+from memwal_datasource.format.manifest_format import (
     CLAIM_NONCE_FIELD,
     SHARD_SEALED,
     ShardManifest,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memwal_datasource._proto import ShardManifestPB
-from memwal_datasource.protowire import fields, read_varint, spans, varint
+from memwal_datasource.format._proto import ShardManifestPB
+from memwal_datasource.format.protowire import fields, read_varint, spans, varint
 
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1])

@@ -1,4 +1,4 @@
-"""A table's schema rules (memwal_datasource.table_schema): primary-key marks, the hidden
+"""A table's schema rules (memwal_datasource.format.table_schema): primary-key marks, the hidden
 compaction key, and the checks a write's schema meets."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource.errors import ConfigError
-from memwal_datasource.table_schema import (
+from memwal_datasource.format.table_schema import (
     PK_METADATA_KEY,
     ROW_KEY,
     base_schema,

@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from memwal_datasource.commit import (
+from memwal_datasource.errors import CorruptEntryError, MemWalError, TransientStoreError
+from memwal_datasource.log.commit import (
     APPEND,
     CHECKPOINTS_DIR,
     LAST_CHECKPOINT_KEY,
@@ -26,8 +27,7 @@ from memwal_datasource.commit import (
     checkpoint_key,
     record_key,
 )
-from memwal_datasource.commit_reader import forget_folds
-from memwal_datasource.errors import CorruptEntryError, MemWalError, TransientStoreError
+from memwal_datasource.log.commit_reader import forget_folds
 from tests.helpers import DelegatingStore, FlakyStore
 
 SHARDS = ["shard-a", "shard-b", "shard-c"]
@@ -219,7 +219,7 @@ def test_a_rival_checkpoint_with_other_bytes_but_the_same_state_is_fine(any_stor
 def test_lost_acknowledgement_of_a_checkpoint_is_ours(any_store, caplog):
     flaky = FlakyStore(any_store, fail_puts=1, land=True, match="_checkpoints/")
     log = CommitLog(flaky, checkpoint_interval=3, retry_base_delay_ms=1)
-    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.log.commit"):
         _fill(flaky, 3, 3)
         assert log.next_sequence() == 4
     assert flaky.fail_puts == 0 and caplog.records == []
@@ -230,7 +230,7 @@ def test_lost_acknowledgement_of_a_checkpoint_is_ours(any_store, caplog):
 def test_a_failed_automatic_checkpoint_never_fails_the_commit(any_store, caplog):
     flaky = FlakyStore(any_store, fail_puts=100, match="_checkpoints/")
     log = CommitLog(flaky, checkpoint_interval=2, retries=1, retry_base_delay_ms=1)
-    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.log.commit"):
         log.append(APPEND, _ranges(1))
         assert log.append(APPEND, _ranges(2)).created
     assert "record 2 is durable, but its checkpoint was not written" in caplog.text
@@ -254,7 +254,7 @@ def test_missing_garbage_or_stale_hint_still_finds_the_latest(any_store, hint, c
         any_store.put(LAST_CHECKPOINT_KEY, hint)
     counting = CountingStore(any_store)
     log = CommitLog(counting, checkpoint_interval=5)
-    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.log.commit"):
         assert log.latest_checkpoint().sequence == 10
         assert log.visible() == _expected(11)
     # A stale hint is corrected by probing the next interval, the others by a LIST.
@@ -341,7 +341,7 @@ def test_a_failed_hint_update_is_only_logged(any_store, caplog):
             raise TransientStoreError(f"injected failure writing {key}")
 
     _fill(any_store, 3, None)
-    with caplog.at_level(logging.WARNING, logger="memwal_datasource.commit"):
+    with caplog.at_level(logging.WARNING, logger="memwal_datasource.log.commit"):
         assert CommitLog(NoPut(any_store)).checkpoint().sequence == 3
     assert "could not update" in caplog.text and not any_store.exists(LAST_CHECKPOINT_KEY)
     counting = CountingStore(any_store)
@@ -411,7 +411,7 @@ def test_a_shards_epochs_commit_in_order_and_older_attempts_are_dead(any_store):
 
 
 def test_append_at_an_exact_sequence_is_refused_when_taken(any_store):
-    from memwal_datasource.commit import SequenceTaken
+    from memwal_datasource.log.commit import SequenceTaken
 
     _fill(any_store, 3, None)
     log = CommitLog(any_store)

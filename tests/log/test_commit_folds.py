@@ -16,12 +16,12 @@ import zlib
 
 import pytest
 
-from memwal_datasource import commit_folds
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
-from memwal_datasource.commit_reader import forget_folds
+from memwal_datasource.log import commit_folds
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
+from memwal_datasource.log.commit_reader import forget_folds
 from memwal_datasource.store import open_store
 from tests import race_worker
-from tests.test_commit import CountingStore, _collect_pass
+from tests.log.test_commit import CountingStore, _collect_pass
 
 REMOTE = ["s3", "gcs", "azure"]
 

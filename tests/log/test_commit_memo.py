@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from memwal_datasource import commit_folds
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, record_key
-from memwal_datasource.commit_reader import forget_folds
 from memwal_datasource.errors import OutcomeUnknown
+from memwal_datasource.log import commit_folds
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, record_key
+from memwal_datasource.log.commit_reader import forget_folds
 from tests.helpers import DelegatingStore
-from tests.test_commit import CountingStore, _collect_pass, _expected, _fill, _gc
+from tests.log.test_commit import CountingStore, _collect_pass, _expected, _fill, _gc
 
 
 def _wipe(store) -> None:
@@ -132,8 +132,7 @@ def test_warm_committers_racing_a_collector_commit_each_job_once(any_store, monk
     machine) may find its records collected: its designed answer is
     ``OutcomeUnknown``, and its job may or may not have landed.
     """
-    from memwal_datasource import commit as commit_mod
-
+    from memwal_datasource.log import commit as commit_mod
     monkeypatch.setattr(commit_mod, "COMMIT_DEADLINE_S", 1.0)
     monkeypatch.setattr(commit_mod, "INTENT_MAX_AGE_S", 1.0)
     monkeypatch.setattr(commit_mod, "LEADER_WAIT_S", 0.2)
@@ -306,8 +305,7 @@ def test_a_commit_whose_put_stalled_past_the_deadline_lists_the_checkpoints(any_
     ours landed in a freed number. The verdict lists the checkpoints, removes ours and
     commits again at 37 (a stall inside the PUT, where the pre-PUT re-check cannot see
     it)."""
-    from memwal_datasource import commit as commit_mod
-
+    from memwal_datasource.log import commit as commit_mod
     monkeypatch.setattr(commit_mod, "COMMIT_DEADLINE_S", 0.2)
     _fill(any_store, 30, 10)
     real_put = type(any_store).put_if_absent

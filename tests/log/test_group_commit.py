@@ -15,12 +15,12 @@ from collections import Counter
 
 import pytest
 
-from memwal_datasource import commit as commit_module
 from memwal_datasource import hooks
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange, Txn, record_key
-from memwal_datasource.commit_format import COMMITTED, DUPLICATE, REFUSED, CommitRecord
-from memwal_datasource.commit_intents import Intent, Intents
 from memwal_datasource.errors import CommitRefused
+from memwal_datasource.format.commit_format import COMMITTED, DUPLICATE, REFUSED, CommitRecord
+from memwal_datasource.log import commit as commit_module
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn, record_key
+from memwal_datasource.log.commit_intents import Intent, Intents
 from memwal_datasource.store import open_store
 
 EVENT_TIMEOUT_S = 60  # a deadline for an event that never comes, not a wait
@@ -263,8 +263,8 @@ def test_two_stalled_committers_on_adjacent_numbers_both_commit_again(location):
 def test_gc_sweeps_intents_no_committer_takes_any_more(tmp_path):
     """A driver that died mid-commit leaves its intent; gc removes it once it is older
     than the retention (nobody takes it after INTENT_MAX_AGE_S), and keeps fresh ones."""
-    from memwal_datasource.gc import DEFAULT_RETAIN_SECONDS, collect
-    from memwal_datasource.table import TableView, create_table
+    from memwal_datasource.maintenance.gc import DEFAULT_RETAIN_SECONDS, collect
+    from memwal_datasource.table.view import TableView, create_table
     from tests.helpers import SCHEMA
 
     uri = str(tmp_path / "t.lance")

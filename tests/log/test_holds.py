@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import pytest
 
-from memwal_datasource.compact import compact
-from memwal_datasource.format import wal_key
-from memwal_datasource.gc import MIN_RETAIN_SECONDS, collect, plan
-from memwal_datasource.holds import (
+from memwal_datasource.format.memwal import wal_key
+from memwal_datasource.log.holds import (
     DEFAULT_HOLD_TTL_S,
     FORGET_AFTER_S,
     ReaderHold,
     ReaderHolds,
     hold_key,
 )
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.maintenance.gc import MIN_RETAIN_SECONDS, collect, plan
 from memwal_datasource.memwal_table import MemWalTable
 from memwal_datasource.store import open_store
 from tests.helpers import new_shard
-from tests.test_compact import batch, write
-from tests.test_maintenance_races import every_reader
+from tests.maintenance.test_compact import batch, write
+from tests.maintenance.test_maintenance_races import every_reader
 
 pytestmark = pytest.mark.parametrize("backend", ["local", "s3"])
 
@@ -94,8 +94,7 @@ def test_the_lowest_live_hold_wins_and_retention_is_reported_apart(pk_table):
 
 
 def test_a_keeper_refreshes_its_hold_and_says_when_it_may_have_lapsed(pk_table, monkeypatch):
-    from memwal_datasource import holds as holds_mod
-
+    from memwal_datasource.log import holds as holds_mod
     uri, opts = pk_table
     store = open_store(uri, opts)
     keeper = holds_mod.HoldKeeper(store, "q-keep", ttl_s=60)

@@ -16,16 +16,16 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import CompactionError, hooks
-from memwal_datasource.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
-from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.format.table_schema import ROW_KEY
+from memwal_datasource.log.commit import APPEND, OVERWRITE, CommitLog, CommittedRange
+from memwal_datasource.maintenance.compact import compact
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table
-from memwal_datasource.table_schema import ROW_KEY
+from memwal_datasource.table.view import TableView, create_table
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, new_shard
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.parametrize("backend", ["local", "s3"])
 
 
@@ -118,8 +118,8 @@ def test_a_round_planned_over_collected_records_falls_back_to_the_record_bound(p
     """A compactor that stalled while others folded and gc freed the records it plans
     over cannot size its round by bytes: it plans by records, and its intent's put then
     finds the round done (``next_round``)."""
-    from memwal_datasource.compact import round_end
     from memwal_datasource.errors import MemWalError
+    from memwal_datasource.maintenance.compact import round_end
 
     uri, opts = pk_table
     history(uri, opts)
@@ -138,7 +138,7 @@ def test_deletes_on_a_composite_key_compact(location):
     """A two-column primary key (an ``int32`` and a ``large_string``): a round's deletes
     drop exactly the keys deleted (the same ``a`` under another ``b`` stays), with
     updates beside them, by scan and through the base."""
-    from memwal_datasource.format import TOMBSTONE
+    from memwal_datasource.format.memwal import TOMBSTONE
 
     uri, opts = location
     schema = pa.schema([pa.field("a", pa.int32(), False), pa.field("b", pa.large_string(), False),
@@ -178,7 +178,7 @@ def test_deletes_on_a_composite_key_compact(location):
 def test_a_round_folds_the_key_index_only_when_due(pk_table, fold, monkeypatch):
     import importlib
 
-    merge_join = importlib.import_module("memwal_datasource.merge_join")
+    merge_join = importlib.import_module("memwal_datasource.maintenance.merge_join")
     monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1)
     monkeypatch.setattr(merge_join, "INDEX_FOLD", 1e-9 if fold else 1e9)
     uri, opts = pk_table
@@ -202,7 +202,7 @@ def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
 
     from lance.dataset import MergeInsertBuilder
 
-    merge_join = importlib.import_module("memwal_datasource.merge_join")
+    merge_join = importlib.import_module("memwal_datasource.maintenance.merge_join")
     monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1 if join == "index" else 10**9)
     scans: list[bool] = []
     use_index = MergeInsertBuilder.use_index
@@ -230,7 +230,7 @@ def test_a_large_batch_joins_through_the_index_within_lances_memory_pool(pk_tabl
     first, commits nothing, and the round compacts once the pool is raised."""
     import importlib
 
-    merge_join = importlib.import_module("memwal_datasource.merge_join")
+    merge_join = importlib.import_module("memwal_datasource.maintenance.merge_join")
     monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1)  # always the index
     uri, opts = pk_table
     table = TableView(uri, opts)
@@ -303,7 +303,7 @@ def legacy_plain_table(location):
     import lance
 
     from memwal_datasource.options import lance_storage_options
-    from memwal_datasource.table import ensure_mem_wal
+    from memwal_datasource.table.view import ensure_mem_wal
 
     uri, opts = location
     ensure_mem_wal(lance.write_dataset(SCHEMA.empty_table(), uri,
@@ -458,9 +458,9 @@ def test_rounds_mark_the_memtable_sstables_their_records_name(pk_table):
     """Rows come from the committed WAL ranges. MemTable shards are hidden from Lance's
     readers when first opened (their compacted generation is HIDDEN_GENERATION), so a
     round marks only the ledger: a generation not above the recorded one is never sent."""
-    from memwal_datasource.lance_manifest import compacted_generations
-    from memwal_datasource.native import HIDDEN_GENERATION as H
-    from memwal_datasource.table import LEDGER_SHARD
+    from memwal_datasource.format.lance_manifest import compacted_generations
+    from memwal_datasource.table.view import LEDGER_SHARD
+    from memwal_datasource.write.native import HIDDEN_GENERATION as H
 
     uri, opts = pk_table
     a, b = new_shard(), new_shard()

@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import CommitLog, CommitRefused, CommittedRange
-from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import Fenced
-from memwal_datasource.gc import collect, plan
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.commit import CommitLog, CommitRefused, CommittedRange
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.maintenance.gc import collect, plan
+from memwal_datasource.shard.wal import WalAppender, WalTailer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, read_table
-from memwal_datasource.wal import WalAppender, WalTailer
+from memwal_datasource.table.view import TableView, read_table
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, later, new_shard
-from tests.test_compact import batch, write
+from tests.maintenance.test_compact import batch, write
 
 pytestmark = pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 

@@ -19,9 +19,12 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from memwal_datasource import commit as commit_mod
 from memwal_datasource import hooks
-from memwal_datasource.commit import (
+from memwal_datasource.config import ShardWriterConfig
+from memwal_datasource.errors import CollectedError, CommitRefused
+from memwal_datasource.format.memwal import wal_key
+from memwal_datasource.log import commit as commit_mod
+from memwal_datasource.log.commit import (
     APPEND,
     COMMITS_DIR,
     OVERWRITE,
@@ -29,17 +32,14 @@ from memwal_datasource.commit import (
     CommittedRange,
     record_key,
 )
-from memwal_datasource.compact import compact
-from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.errors import CollectedError, CommitRefused
-from memwal_datasource.format import wal_key
-from memwal_datasource.gc import MIN_RETAIN_SECONDS, collect, plan
-from memwal_datasource.rounds import done_ms, round_key
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.rounds import done_ms, round_key
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.maintenance.gc import MIN_RETAIN_SECONDS, collect, plan
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.spark.stream import readable_from
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table, read_table
-from memwal_datasource.wal import WalAppender
+from memwal_datasource.table.view import TableView, create_table, read_table
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import (
     SCHEMA,
     DelegatingStore,
@@ -49,7 +49,7 @@ from tests.helpers import (
     stream_reader,
     stream_rows,
 )
-from tests.test_compact import batch, write
+from tests.maintenance.test_compact import batch, write
 
 pytestmark = pytest.mark.parametrize("backend", ["local", "s3"])
 
@@ -341,7 +341,7 @@ def test_stalled_committer_whose_sequence_was_collected_is_never_lost(pk_table, 
 def test_rerun_of_a_key_whose_record_was_collected_commits_nothing(pk_table):
     """A keyed job commits, is compacted, checkpointed and its record collected; the
     job re-run with the same key (new entries) is still a duplicate."""
-    from memwal_datasource.commit import Txn
+    from memwal_datasource.log.commit import Txn
 
     uri, opts = pk_table
     store = open_store(uri, opts)
@@ -394,7 +394,7 @@ def test_retention_counts_from_the_rounds_done_marker_on_the_stores_clock(pk_tab
     def at(offset_s: float):
         return lambda: stamp + int(offset_s * 1000)
 
-    caplog.set_level(logging.WARNING, logger="memwal_datasource.gc")
+    caplog.set_level(logging.WARNING, logger="memwal_datasource.maintenance.gc")
     low = collect(table, retain_seconds=1, clock=at(MIN_RETAIN_SECONDS - 5))
     assert low.retain_seconds == MIN_RETAIN_SECONDS
     assert "below the minimum" in caplog.text
@@ -585,7 +585,7 @@ def memtable_task(uri, opts, shard, ids, tag) -> CommittedRange:
 
 
 def lsm_rows(uri, opts) -> dict[int, str]:
-    from memwal_datasource.native import committed_lsm_scanner
+    from memwal_datasource.write.native import committed_lsm_scanner
 
     return as_dict(committed_lsm_scanner(TableView(uri, opts)).to_table())
 

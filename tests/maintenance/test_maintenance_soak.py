@@ -28,14 +28,14 @@ from pathlib import Path
 
 import pytest
 
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.compact import compact
-from memwal_datasource.gc import collect
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.maintenance.gc import collect
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table, read_table
+from memwal_datasource.table.view import TableView, create_table, read_table
 from tests.helpers import SCHEMA, committed_view, later, new_shard, stream_batch, stream_reader
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WRITERS = 2
 SHARDS = 3
 SECONDS = float(os.environ.get("MEMWAL_SOAK_SECONDS", "18"))

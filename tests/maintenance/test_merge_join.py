@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from memwal_datasource.merge_join import JOIN_BATCH_ROWS, index_due, join_source
+from memwal_datasource.maintenance.merge_join import JOIN_BATCH_ROWS, index_due, join_source
 
 
 def test_the_key_index_folds_its_missing_rows_when_they_outweigh_a_rewrite():

@@ -16,7 +16,7 @@ import pytest
 
 from memwal_datasource import hooks
 from memwal_datasource.errors import OutcomeUnknown
-from memwal_datasource.leases import (
+from memwal_datasource.shard.leases import (
     LEASES_DIR,
     PRUNE_AT,
     HeldLease,
@@ -31,7 +31,7 @@ from memwal_datasource.store import MemoryStore, open_store
 from tests.fault_proxy import FaultRule
 from tests.helpers import DelegatingStore, FlakyStore, new_shard
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TTL = 10.0
 LEASE_KEY = r"/_memwal_leases/[0-9a-f-]{36}/\d{20}\.json$"
 
@@ -433,7 +433,7 @@ def test_a_released_or_abandoned_lease_leaves_no_renewal_behind(mem, clock):
     the daemon's collection after every request to walk."""
     import weakref
 
-    from memwal_datasource.lease_holding import _RENEWER
+    from memwal_datasource.shard.lease_holding import _RENEWER
 
     leases = leases_on(mem, clock)
     gone = []

@@ -13,10 +13,10 @@ from collections.abc import Callable
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.leases import LEASES_DIR, PRUNE_AT, Holder
+from memwal_datasource.shard.leases import LEASES_DIR, PRUNE_AT, Holder
 from tests.helpers import new_shard
-from tests.test_commit import CountingStore
-from tests.test_leases import FakeClock, job, lease_keys, leases_on
+from tests.log.test_commit import CountingStore
+from tests.shard.test_leases import FakeClock, job, lease_keys, leases_on
 
 
 @pytest.fixture(autouse=True)

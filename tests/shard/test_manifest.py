@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from memwal_datasource.errors import CorruptEntryError, Fenced, ShardSealedError
-from memwal_datasource.format import manifest_key, version_hint_key
-from memwal_datasource.manifest import ManifestStore, list_shards
-from memwal_datasource.manifest_format import SHARD_ACTIVE, SHARD_SEALED
+from memwal_datasource.format.manifest_format import SHARD_ACTIVE, SHARD_SEALED
+from memwal_datasource.format.memwal import manifest_key, version_hint_key
+from memwal_datasource.shard.manifest import ManifestStore, list_shards
 from tests.helpers import DelegatingStore, new_shard
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from memwal_datasource import hooks
 from memwal_datasource.errors import CorruptEntryError, Fenced, WriterPoisoned
-from memwal_datasource.format import encode_wal_entry, wal_key
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.wal import WalAppender, WalTailer, find_tip
+from memwal_datasource.format.memwal import encode_wal_entry, wal_key
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender, WalTailer, find_tip
 from tests import race_worker
 from tests.helpers import SCHEMA, FlakyStore, make_batch, new_shard
 

@@ -22,12 +22,12 @@ from memwal_datasource.errors import (
     WriterPoisoned,
     WriterStalled,
 )
-from memwal_datasource.format import wal_key
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.format.memwal import wal_key
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender, WalTailer
+from memwal_datasource.shard.writer import WalOnlyShardWriter
 from memwal_datasource.store import ObjectStore, open_store
-from memwal_datasource.wal import WalAppender, WalTailer
-from memwal_datasource.writer import WalOnlyShardWriter
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import (
     SCHEMA,
     DelegatingStore,
@@ -38,7 +38,7 @@ from tests.helpers import (
     wal_rows,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ROWS = 10  # rows per batch in most tests
 # make_batch(1000 + k*10, 10) batches all have the same buffer size (4-digit ids).
 BATCH_BYTES = make_batch(1000, ROWS).get_total_buffer_size()
@@ -693,13 +693,13 @@ def test_without_durable_write_no_committed_row_is_lost_to_kill_9(location, tmp_
 def test_a_write_leaving_out_an_added_nullable_column_stores_nulls(pk_table, mode):
     import lance
 
-    from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
-    from memwal_datasource.compact import compact
-    from memwal_datasource.format import field_id
+    from memwal_datasource.format.memwal import field_id
+    from memwal_datasource.format.table_schema import without_row_key
+    from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
+    from memwal_datasource.maintenance.compact import compact
     from memwal_datasource.memwal_table import MemWalTable
     from memwal_datasource.options import lance_storage_options
-    from memwal_datasource.table import field_ids, read_table
-    from memwal_datasource.table_schema import without_row_key
+    from memwal_datasource.table.view import field_ids, read_table
 
     uri, opts = pk_table
     table = MemWalTable(uri, opts)
@@ -743,7 +743,7 @@ def test_a_write_leaving_out_an_added_nullable_column_stores_nulls(pk_table, mod
 def test_wal_entries_are_compressed_as_set_and_read_back(location, backend, setting):
     """'auto' compresses on object stores and not on local disk; every entry reads back
     with its rows, whichever way it was written."""
-    from memwal_datasource.format import decode_wal_entry, encode_wal_buffer
+    from memwal_datasource.format.memwal import decode_wal_entry, encode_wal_buffer
 
     uri, opts = location
     store = open_store(uri, opts)
@@ -771,7 +771,7 @@ def test_wal_entries_are_compressed_as_set_and_read_back(location, backend, sett
 def test_a_long_lived_writer_remembers_only_its_latest_flush_timings():
     """A writer kept between tasks may flush thousands of times: its stats keep at most
     twice MAX_FLUSH_TIMINGS timings, the newest."""
-    from memwal_datasource.writer_base import MAX_FLUSH_TIMINGS, FlushTiming, WriterStats
+    from memwal_datasource.shard.writer_base import MAX_FLUSH_TIMINGS, FlushTiming, WriterStats
 
     stats = WriterStats("s", 1, "wal_only")
     for i in range(5 * MAX_FLUSH_TIMINGS):

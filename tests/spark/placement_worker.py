@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
-from memwal_datasource.writer_pool import POOL
+from memwal_datasource.write.writer_pool import POOL
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

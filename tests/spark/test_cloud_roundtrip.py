@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from memwal_datasource import MemWalTable, compact, read_table
-from memwal_datasource.gc import collect
+from memwal_datasource.maintenance.gc import collect
 from memwal_datasource.store import open_store
 from tests.helpers import later
 from tests.spark.test_compact import append, base, rows

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from memwal_datasource.commit import CommitLog
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.store import open_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

@@ -9,8 +9,8 @@ import lance
 import pytest
 
 from memwal_datasource import compact, read_table
+from memwal_datasource.format.table_schema import ROW_KEY
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.table_schema import ROW_KEY
 from tests.spark.test_writer import routed
 
 
@@ -138,9 +138,9 @@ def test_spark_compaction_job_against_a_stalled_core_compactor(spark, spark_loca
     import threading
 
     from memwal_datasource import hooks
-    from memwal_datasource.compact import compact as core_compact
+    from memwal_datasource.maintenance.compact import compact as core_compact
     from memwal_datasource.spark import compact as spark_compact
-    from memwal_datasource.table import TableView
+    from memwal_datasource.table.view import TableView
 
     uri, opts = spark_location
     storage = {k[len("storage."):]: v for k, v in opts.items()}

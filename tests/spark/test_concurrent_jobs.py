@@ -28,9 +28,10 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import ConfigError
-from memwal_datasource.leases import (
+from memwal_datasource.format.table_schema import without_row_key
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.shard.leases import (
     LEASES_DIR,
     Holder,
     LeaseHeld,
@@ -38,13 +39,12 @@ from memwal_datasource.leases import (
     Leases,
     NoFreeShard,
 )
-from memwal_datasource.sharding import ShardingRequest, table_sharding
-from memwal_datasource.sharding import create_table as create_sharded
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, open_table, read_table
-from memwal_datasource.table_schema import without_row_key
+from memwal_datasource.table.sharding import ShardingRequest, table_sharding
+from memwal_datasource.table.sharding import create_table as create_sharded
+from memwal_datasource.table.view import create_table, open_table, read_table
 from tests.spark.test_writer import frame, read, write
 
 GATES_VAR = "MEMWAL_TEST_GATES"
@@ -479,7 +479,7 @@ def test_pool_tasks_lease_around_other_jobs_and_wait_with_num_shards(tmp_path):
     schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
     table = without_row_key(create_table(uri, schema).schema)
     # Leases released at task end are the rule here; kept writers (the default) keep
-    # theirs: tests/spark/test_kept_writers.py and tests/test_writer_pool.py.
+    # theirs: tests/spark/test_kept_writers.py and tests/write/test_writer_pool.py.
     opts = MemWalBatchWriter(WriteOptions.parse({"path": uri, "keep_writers": "false"}),
                              table, False).opts
     assert opts.config.enable_memtable is False  # no primary key: WAL-only by default

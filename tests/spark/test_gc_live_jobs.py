@@ -12,20 +12,20 @@ import time
 
 import pytest
 
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
-from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.gc import collect
-from memwal_datasource.leases import Holder, Leases
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.maintenance.gc import collect
+from memwal_datasource.shard.leases import Holder, Leases
+from memwal_datasource.shard.manifest import ManifestStore
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, read_table
+from memwal_datasource.table.view import TableView, read_table
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, later, new_shard
+from tests.maintenance.test_compact import batch
+from tests.maintenance.test_compact import write as write_task
 from tests.spark.test_concurrent_jobs import finish, in_thread, storage, worker_gates
 from tests.spark.test_writer import frame, read, write
-from tests.test_compact import batch
-from tests.test_compact import write as write_task
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])

@@ -30,12 +30,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.utils import AnalysisException
 
-from memwal_datasource.commit import CommitLog
+from memwal_datasource.format.table_schema import without_row_key
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
-from memwal_datasource.table_schema import without_row_key
+from memwal_datasource.table.view import create_table
 from tests.spark.test_writer import frame, read, tailer_ids, write
 
 pytestmark = pytest.mark.spark

@@ -14,12 +14,12 @@ import multiprocessing as mp
 
 import pytest
 
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.leases import Holder, Leases
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.shard.leases import Holder, Leases
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import TaskJob
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, read_table
+from memwal_datasource.table.view import create_table, read_table
 from tests.spark import placement_worker
 
 

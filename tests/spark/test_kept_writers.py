@@ -1,4 +1,4 @@
-"""Writers kept between tasks (memwal_datasource.writer_pool) through the Spark task path.
+"""Writers kept between tasks (memwal_datasource.write.writer_pool) through the Spark task path.
 
 Called as Spark's Python worker calls it (``write_task`` in this process, which
 stands for a reused worker): a first attempt takes the writer a previous task
@@ -15,17 +15,17 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import MemWalError
-from memwal_datasource.leases import Holder, Leases
-from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.format.table_schema import without_row_key
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.shard.leases import Holder, Leases
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, read_table
-from memwal_datasource.table_schema import without_row_key
-from memwal_datasource.wal import WalAppender
-from memwal_datasource.writer_pool import POOL
+from memwal_datasource.table.view import create_table, read_table
+from memwal_datasource.write.writer_pool import POOL
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -88,7 +88,7 @@ def test_the_next_task_takes_the_shard_after_the_kept_record_without_reading_it(
         location, monkeypatch):
     """The continuing task's lease is one put after the kept writer's idle record and a
     listing (Leases.take_after): the current lease is never read."""
-    from memwal_datasource.leases import Leases
+    from memwal_datasource.shard.leases import Leases
 
     uri, opts = location
     writer, table = job_writer(uri, opts)
@@ -230,7 +230,7 @@ def test_with_the_option_off_every_task_releases_and_claims_anew(tmp_path):
 
 
 def test_idle_kept_writers_close_and_release_their_lease(tmp_path):
-    from memwal_datasource.leases import Leases
+    from memwal_datasource.shard.leases import Leases
 
     uri = str(tmp_path / "t.lance")
     writer, table = job_writer(uri, {})
@@ -268,7 +268,7 @@ def test_a_kept_writer_of_a_replaced_table_closes_without_writing_into_the_new_o
     of the same shard wrote and closed: it must not move the new shard's replay position
     past entries that do not exist there (its epoch, 1, is the new writer's too)."""
     from memwal_datasource.config import ShardWriterConfig
-    from memwal_datasource.shard_writer import open_shard_writer
+    from memwal_datasource.write.shard_writer import open_shard_writer
 
     uri, opts = location
     (_writer, table), shard = stale_kept_writer(uri, opts)
@@ -288,7 +288,7 @@ def test_a_kept_writer_of_a_replaced_table_closes_without_writing_into_the_new_o
 def test_a_kept_writer_of_a_replaced_table_is_not_continued(location):
     """Even when its lease record is the new table's latest (a renewal that landed after
     the table was made anew), the next task claims the new table's shard anew."""
-    from memwal_datasource.leases import Leases
+    from memwal_datasource.shard.leases import Leases
 
     uri, opts = location
     (writer, table), shard = stale_kept_writer(uri, opts)

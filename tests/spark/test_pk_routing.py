@@ -17,14 +17,14 @@ from pyspark.sql.functions import spark_partition_id
 
 from memwal_datasource import compact
 from memwal_datasource.errors import ConfigError
-from memwal_datasource.manifest import ManifestStore, list_shards
-from memwal_datasource.sharding import DEFAULT_NUM_BUCKETS, table_sharding
+from memwal_datasource.format.table_schema import with_primary_key
+from memwal_datasource.shard.manifest import ManifestStore, list_shards
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import open_table, read_table
-from memwal_datasource.table_schema import with_primary_key
+from memwal_datasource.table.sharding import DEFAULT_NUM_BUCKETS, table_sharding
+from memwal_datasource.table.view import open_table, read_table
 from tests.spark.test_sharding import frame, lsm_rows, shards_of_keys
 from tests.spark.test_writer import storage_of, write
 

@@ -21,12 +21,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.sharding import create_table
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.spark.source import MemWalDataSource
 from memwal_datasource.store import open_store
-from memwal_datasource.table import read_table
-from memwal_datasource.table_info import TableSharding
+from memwal_datasource.table.sharding import create_table
+from memwal_datasource.table.table_info import TableSharding
+from memwal_datasource.table.view import read_table
 
 REPO = str(Path(__file__).resolve().parents[2])
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType())])
@@ -40,8 +40,8 @@ HEAVY = {HEAVY!r}
 import memwal_datasource
 # The package's own __init__ may load the core's compaction module; when it does not,
 # no step may load it either.
-if "memwal_datasource.compact" not in sys.modules:
-    HEAVY = HEAVY + ("memwal_datasource.compact",)
+if "memwal_datasource.maintenance.compact" not in sys.modules:
+    HEAVY = HEAVY + ("memwal_datasource.maintenance.compact",)
 def loaded():
     return sorted(m for m in HEAVY if m in sys.modules)
 """

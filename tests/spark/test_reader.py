@@ -7,14 +7,14 @@ import json
 import pyarrow as pa
 import pytest
 
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.spark.options import ReadOptions
 from memwal_datasource.spark.reader import MemWalBatchReader, WalRange, plan_partitions
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
-from memwal_datasource.wal import WalAppender
+from memwal_datasource.table.view import create_table
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.spark.test_writer import fail_first_attempt, frame, read, storage_of, write
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])

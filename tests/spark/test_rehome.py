@@ -2,7 +2,7 @@
 
 A job's tasks release their shards when they end, so another writer can take a
 shard later and commit first; the overtaken job's driver then re-homes its rows
-of that shard (memwal_datasource.rehome) and commits. The overlap is forced by
+of that shard (memwal_datasource.write.rehome) and commits. The overlap is forced by
 holding one writer's commit at ``commit.before`` in Spark's Python worker
 (the socket gates of ``test_concurrent_jobs``) until the other has committed.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.compact import compact
-from memwal_datasource.native import committed_lsm_scanner
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.maintenance.compact import compact
 from memwal_datasource.spark.source import checkpoint_query_id
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, read_table
+from memwal_datasource.table.view import TableView, read_table
+from memwal_datasource.write.native import committed_lsm_scanner
 from tests.spark.test_concurrent_jobs import finish, in_thread, storage, worker_gates
 from tests.spark.test_writer import write
 

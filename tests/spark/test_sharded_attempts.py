@@ -8,14 +8,14 @@ import lance
 import pyarrow as pa
 import pytest
 
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.compact import compact
 from memwal_datasource.errors import Fenced, MemWalError
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.maintenance.compact import compact
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, read_table
+from memwal_datasource.table.view import TableView, read_table
 from tests.spark.test_sharding import BUCKETED, frame, lsm_rows, shards_of_keys
 from tests.spark.test_writer import _Gate, fail_first_attempt, write
 

@@ -9,15 +9,15 @@ import pytest
 from lance.mem_wal import LsmScanner, ShardSnapshot
 from pyspark.sql.functions import spark_partition_id
 
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.compact import compact
-from memwal_datasource.manifest import ManifestStore, list_shards
-from memwal_datasource.native import committed_lsm_scanner
-from memwal_datasource.sharding import table_sharding
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.shard.manifest import ManifestStore, list_shards
+from memwal_datasource.shard.wal import WalTailer
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, read_table
-from memwal_datasource.wal import WalTailer
+from memwal_datasource.table.sharding import table_sharding
+from memwal_datasource.table.view import TableView, read_table
+from memwal_datasource.write.native import committed_lsm_scanner
 from tests.spark.test_writer import read, storage_of, write
 
 BUCKETED = {"primary_key": "id", "shard_by_bucket": "id", "num_buckets": "4"}

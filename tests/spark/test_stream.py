@@ -9,12 +9,12 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from memwal_datasource.commit import CommitLog
+from memwal_datasource.format.table_schema import without_row_key
+from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalStreamWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
-from memwal_datasource.table_schema import without_row_key
+from memwal_datasource.table.view import create_table
 from tests.helpers import later
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -278,7 +278,7 @@ def test_batch_zero_rerun_plans_from_its_stored_origin(tmp_path):
     'latest' may have moved by then, so batch 0 is planned from its stored origin."""
     from pyspark.sql.datasource import ReadAllAvailable
 
-    from memwal_datasource.commit import APPEND, CommittedRange
+    from memwal_datasource.log.commit import APPEND, CommittedRange
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.stream import MemWalStreamReader
 
@@ -401,14 +401,14 @@ def test_new_stream_after_compaction_and_garbage_collection(tmp_path):
     """'earliest' is the oldest record whose WAL entries are still stored."""
     from pyspark.sql.datasource import ReadAllAvailable
 
-    from memwal_datasource.commit import APPEND, CommittedRange, record_key
-    from memwal_datasource.compact import compact
     from memwal_datasource.errors import ConfigError
-    from memwal_datasource.gc import collect
+    from memwal_datasource.log.commit import APPEND, CommittedRange, record_key
+    from memwal_datasource.maintenance.compact import compact
+    from memwal_datasource.maintenance.gc import collect
+    from memwal_datasource.shard.wal import WalAppender
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.stream import MemWalStreamReader
-    from memwal_datasource.table import TableView
-    from memwal_datasource.wal import WalAppender
+    from memwal_datasource.table.view import TableView
 
     uri = str(tmp_path / "t.lance")
     create_table(uri, SCHEMA, primary_key=["id"])

@@ -14,17 +14,17 @@ import logging
 
 import pytest
 
-from memwal_datasource.compact import compact
 from memwal_datasource.errors import CollectedError
-from memwal_datasource.gc import MIN_RETAIN_SECONDS, collect
-from memwal_datasource.holds import DEFAULT_HOLD_TTL_S
+from memwal_datasource.log.holds import DEFAULT_HOLD_TTL_S
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.maintenance.gc import MIN_RETAIN_SECONDS, collect
 from memwal_datasource.memwal_table import MemWalTable
 from memwal_datasource.spark.stream import readable_from
 from memwal_datasource.store import open_store
-from memwal_datasource.table import read_table
+from memwal_datasource.table.view import read_table
 from tests.helpers import new_shard, stream_batch, stream_reader
-from tests.test_compact import batch, write
-from tests.test_maintenance_races import Pause, in_thread
+from tests.maintenance.test_compact import batch, write
+from tests.maintenance.test_maintenance_races import Pause, in_thread
 
 SOON = MIN_RETAIN_SECONDS + 5  # the minimum retention has passed; a hold lives on
 LONG = DEFAULT_HOLD_TTL_S + 60  # a stopped stream's hold has lapsed too

@@ -15,9 +15,9 @@ import shutil
 import pytest
 
 from memwal_datasource import read_table
-from memwal_datasource.commit import CommitLog
-from memwal_datasource.format import parse_bit_reversed_name, shard_dir
-from memwal_datasource.manifest import ManifestStore, list_shards
+from memwal_datasource.format.memwal import parse_bit_reversed_name, shard_dir
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.shard.manifest import ManifestStore, list_shards
 from memwal_datasource.store import local_path, open_store
 from tests.spark.test_writer import routed, write
 

@@ -7,9 +7,9 @@ import lance
 import pytest
 
 from memwal_datasource import compact, read_table
-from memwal_datasource.gc import collect
+from memwal_datasource.maintenance.gc import collect
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.table import TableView
+from memwal_datasource.table.view import TableView
 from tests.helpers import later
 from tests.spark.test_stream import run_source
 from tests.spark.test_writer import routed

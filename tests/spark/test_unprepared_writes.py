@@ -23,17 +23,17 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import CommitLog, CommittedRange
-from memwal_datasource.compact import compact
 from memwal_datasource.errors import CommitRefused, Fenced, MemWalError
-from memwal_datasource.native import committed_lsm_scanner
-from memwal_datasource.sharding import ShardingRequest, table_sharding
-from memwal_datasource.sharding import create_table as create_sharded
+from memwal_datasource.format.table_schema import data_schema, without_row_key
+from memwal_datasource.log.commit import CommitLog, CommittedRange
+from memwal_datasource.maintenance.compact import compact
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, open_table, read_table
-from memwal_datasource.table_schema import data_schema, without_row_key
+from memwal_datasource.table.sharding import ShardingRequest, table_sharding
+from memwal_datasource.table.sharding import create_table as create_sharded
+from memwal_datasource.table.view import TableView, open_table, read_table
+from memwal_datasource.write.native import committed_lsm_scanner
 from tests.spark.test_concurrent_jobs import EVENT_TIMEOUT_S, finish, in_thread, worker_gates
 from tests.spark.test_sharding import BUCKETED, shards_of_keys
 from tests.spark.test_writer import _Gate, write

@@ -9,15 +9,15 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.utils import AnalysisException
 
-from memwal_datasource.commit import CommitLog
 from memwal_datasource.errors import Fenced
-from memwal_datasource.sharding import ShardConflict, table_sharding
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.shard.wal import WalTailer
 from memwal_datasource.spark import partition_for_table
 from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, write_task
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table, open_table
-from memwal_datasource.wal import WalTailer
+from memwal_datasource.table.sharding import ShardConflict, table_sharding
+from memwal_datasource.table.view import create_table, open_table
 
 MODES = ["false", "true"]  # enable_memtable
 
@@ -60,7 +60,7 @@ def tailer_ids(uri, opts) -> list[int]:
     """Every data row in the raw WAL, straight from the tailer (no Spark)."""
     store = open_store(uri, storage_of(opts))
     ids = []
-    from memwal_datasource.manifest import list_shards
+    from memwal_datasource.shard.manifest import list_shards
 
     for shard in list_shards(store):
         for _pos, entry in WalTailer(store, shard).entries(1):
@@ -267,8 +267,7 @@ def test_identity_sharded_upserts_deletes_and_the_driver_check_without_spark(tmp
     rising with WAL positions) is refused before any record is written."""
     import dataclasses
 
-    from memwal_datasource import sharding
-    from memwal_datasource.table import read_table
+    from memwal_datasource.table.view import read_table, sharding
 
     uri = str(tmp_path / "t.lance")
     schema = pa.schema([("id", pa.int64()), ("tenant", pa.string()), ("v", pa.string())])

@@ -12,13 +12,13 @@ import pyarrow.compute as pc
 import pytest
 from lance.mem_wal import evaluate_sharding_spec
 
-from memwal_datasource import sharding
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import ConfigError, MemWalError
-from memwal_datasource.manifest import ManifestStore, list_shards
-from memwal_datasource.shard_writer import open_shard_writer
-from memwal_datasource.sharding import ShardingRequest
+from memwal_datasource.shard.manifest import ManifestStore, list_shards
 from memwal_datasource.store import open_store
+from memwal_datasource.table.sharding import ShardingRequest
+from memwal_datasource.table.view import sharding
+from memwal_datasource.write.shard_writer import open_shard_writer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("tenant", pa.string())])
 
@@ -225,7 +225,7 @@ def test_tables_without_a_key_and_explicit_requests_are_unchanged(tmp_path):
 
 def specless_pk_table(uri: str):
     """A primary-key table as pylance users make it: initialize_mem_wal() with no spec."""
-    from memwal_datasource.table_schema import with_primary_key
+    from memwal_datasource.format.table_schema import with_primary_key
 
     ds = lance.write_dataset(with_primary_key(SCHEMA, ["id"]).empty_table(), uri)
     ds.initialize_mem_wal()

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.store import open_store
 from tests.helpers import DelegatingStore
 
@@ -33,7 +33,7 @@ class Counting(DelegatingStore):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_read_plan_costs_records_since_the_checkpoint_not_history(pk_table):
-    from memwal_datasource.table import TableView
+    from memwal_datasource.table.view import TableView
 
     uri, opts = pk_table
     log = CommitLog(open_store(uri, opts))  # a checkpoint every 100 records
@@ -51,7 +51,7 @@ def test_read_plan_costs_records_since_the_checkpoint_not_history(pk_table):
 def test_one_table_object_reads_compacts_collects_and_tells_history(pk_table):
     from memwal_datasource import MemWalError, MemWalTable
     from tests.helpers import later
-    from tests.test_compact import batch, write
+    from tests.maintenance.test_compact import batch, write
 
     uri, opts = pk_table
     shard = str(uuid.uuid4())
@@ -82,7 +82,7 @@ def test_last_per_key_keeps_the_last_row_of_each_key_in_order(keys):
     import numpy as np
     import pyarrow as pa
 
-    from memwal_datasource.table import last_per_key
+    from memwal_datasource.table.view import last_per_key
 
     rng = np.random.default_rng(7)
     # spread 1: ascending keys (the quick test); -1: descending (the hash pass); else random

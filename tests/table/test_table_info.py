@@ -1,4 +1,4 @@
-"""Table descriptions read through our store (memwal_datasource.table_info)."""
+"""Table descriptions read through our store (memwal_datasource.table.table_info)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import threading
 import pyarrow as pa
 import pytest
 
-from memwal_datasource import table_info
-from memwal_datasource.sharding import create_table, table_sharding
 from memwal_datasource.store import open_store
-from memwal_datasource.table import open_table
-from memwal_datasource.table_info import (
+from memwal_datasource.table.sharding import create_table, table_sharding
+from memwal_datasource.table.table_info import (
     INFO_DIR,
     KEEP_INFOS,
     TableInfo,
@@ -25,6 +23,7 @@ from memwal_datasource.table_info import (
     latest_manifest,
     manifest_version,
 )
+from memwal_datasource.table.view import open_table, table_info
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()),
                     ("s", pa.struct([("a", pa.int32())]))])

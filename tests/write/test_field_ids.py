@@ -17,9 +17,8 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import ShardWriterConfig, compact, open_shard_writer, read_table
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.errors import CorruptEntryError
-from memwal_datasource.format import (
+from memwal_datasource.format.memwal import (
     FIELD_ID_KEY,
     TOMBSTONE,
     FieldId,
@@ -29,12 +28,13 @@ from memwal_datasource.format import (
     wal_entry_schema,
     wal_key,
 )
-from memwal_datasource.manifest import ManifestStore
+from memwal_datasource.format.table_schema import data_schema
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.options import lance_storage_options
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender, WalTailer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table, field_ids
-from memwal_datasource.table_schema import data_schema
-from memwal_datasource.wal import WalAppender, WalTailer
+from memwal_datasource.table.view import TableView, create_table, field_ids
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),

@@ -16,19 +16,19 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import ConfigError, Fenced, WriterPoisoned
-from memwal_datasource.format import shard_dir
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.native import committed_lsm_scanner
+from memwal_datasource.format.memwal import shard_dir
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.writer_base import WriterStats
 from memwal_datasource.store import open_store
-from memwal_datasource.table import TableView, create_table, read_table
-from memwal_datasource.writer_base import WriterStats
+from memwal_datasource.table.view import TableView, create_table, read_table
+from memwal_datasource.write.native import committed_lsm_scanner
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, make_batch, new_shard, wal_rows
-from tests.test_native import run_until_acks
+from tests.write.test_native import run_until_acks
 
 
 @pytest.fixture(autouse=True)
@@ -239,10 +239,10 @@ def test_memtable_mode_without_a_primary_key_is_refused_before_any_write(locatio
 @pytest.mark.parametrize("backend", ["local"])
 def test_committed_lsm_view_after_compaction_and_overwrite(pk_table):
     """Compacted SSTables leave the view (their rows are in the base); an overwrite is refused."""
-    from memwal_datasource.commit import OVERWRITE
-    from memwal_datasource.compact import compact
     from memwal_datasource.errors import MemWalError
-    from memwal_datasource.native import committed_sstables
+    from memwal_datasource.log.commit import OVERWRITE
+    from memwal_datasource.maintenance.compact import compact
+    from memwal_datasource.write.native import committed_sstables
 
     uri, opts = pk_table
     shard = new_shard()

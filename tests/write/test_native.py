@@ -16,16 +16,16 @@ import pytest
 
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import ConfigError, Fenced, MemWalError
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.native import NativeShardWriter
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.shard.manifest import ManifestStore
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
+from memwal_datasource.table.view import create_table
+from memwal_datasource.write.native import NativeShardWriter
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, DelegatingStore, make_batch, new_shard, wal_entries, wal_rows
-from tests.test_writer import ROWS, wal_only
+from tests.shard.test_writer import ROWS, wal_only
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- MemTable mode (pylance's native writer) ----------------------------------------
@@ -262,7 +262,7 @@ def test_native_epoch_is_the_one_it_claimed_not_the_latest(table):
     """A claim that lands during the native open makes the epoch unknowable: refuse it."""
     from memwal_datasource import hooks
     from memwal_datasource.errors import WriterPoisoned
-    from memwal_datasource.native import claimed_epoch
+    from memwal_datasource.write.native import claimed_epoch
 
     uri, opts = table
     shard = new_shard()

@@ -16,20 +16,20 @@ import pytest
 
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import Fenced
-from memwal_datasource.format import manifest_key, shard_dir, version_hint_key, wal_key
-from memwal_datasource.manifest import ManifestStore
-from memwal_datasource.manifest_format import (
+from memwal_datasource.format.manifest_format import (
     SHARD_ACTIVE,
     SHARD_SEALED,
     decode_manifest,
     decode_version_hint,
     encode_manifest,
 )
+from memwal_datasource.format.memwal import manifest_key, shard_dir, version_hint_key, wal_key
 from memwal_datasource.options import lance_storage_options
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.shard.manifest import ManifestStore
+from memwal_datasource.shard.wal import WalAppender, WalTailer
 from memwal_datasource.store import open_store
-from memwal_datasource.table import create_table
-from memwal_datasource.wal import WalAppender, WalTailer
+from memwal_datasource.table.view import create_table
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import SCHEMA, make_batch, new_shard
 
 both = pytest.mark.parametrize("backend", ["local", "s3"])

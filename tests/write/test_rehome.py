@@ -1,4 +1,4 @@
-"""A commit a newer epoch overtook is re-homed, not refused (memwal_datasource.rehome).
+"""A commit a newer epoch overtook is re-homed, not refused (memwal_datasource.write.rehome).
 
 Job A writes shards of a primary-key table and closes (its tasks' leases are
 released); job B writes the same shards later (newer epochs) and commits
@@ -18,20 +18,20 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.commit import APPEND, GC, CommitLog, CommittedRange, Txn
-from memwal_datasource.compact import compact
 from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import CommitRefused
-from memwal_datasource.format import FIELD_ID_KEY
-from memwal_datasource.leases import Holder, Leases
-from memwal_datasource.native import committed_lsm_scanner
-from memwal_datasource.rehome import DRIVER_PARTITION, Rehomer
-from memwal_datasource.shard_writer import open_shard_writer
-from memwal_datasource.sharding import ShardingRequest, initialize_shard, table_sharding
-from memwal_datasource.sharding import create_table as create_sharded
-from memwal_datasource.table import TOMBSTONE, TableView, open_table, read_table
-from memwal_datasource.table_schema import without_row_key
-from memwal_datasource.wal import WalTailer
+from memwal_datasource.format.memwal import FIELD_ID_KEY
+from memwal_datasource.format.table_schema import without_row_key
+from memwal_datasource.log.commit import APPEND, GC, CommitLog, CommittedRange, Txn
+from memwal_datasource.maintenance.compact import compact
+from memwal_datasource.shard.leases import Holder, Leases
+from memwal_datasource.shard.wal import WalTailer
+from memwal_datasource.table.sharding import ShardingRequest, initialize_shard, table_sharding
+from memwal_datasource.table.sharding import create_table as create_sharded
+from memwal_datasource.table.view import TOMBSTONE, TableView, open_table, read_table
+from memwal_datasource.write.native import committed_lsm_scanner
+from memwal_datasource.write.rehome import DRIVER_PARTITION, Rehomer
+from memwal_datasource.write.shard_writer import open_shard_writer
 from tests.helpers import committed_view
 
 EVENT_TIMEOUT_S = 60  # a deadline for an event that never comes, not a wait

@@ -1,4 +1,4 @@
-"""Writers kept between tasks (memwal_datasource.writer_pool), without Spark.
+"""Writers kept between tasks (memwal_datasource.write.writer_pool), without Spark.
 
 A kept writer's lease says it is idle, so any task takes the shard as it would
 a released one; the next task of this process that leases the shard continues
@@ -14,10 +14,10 @@ import uuid
 import pyarrow as pa
 
 from memwal_datasource.config import ShardWriterConfig
-from memwal_datasource.leases import Holder, Leases
-from memwal_datasource.shard_writer import open_shard_writer
+from memwal_datasource.shard.leases import Holder, Leases
 from memwal_datasource.store import open_store
-from memwal_datasource.writer_pool import KeptWriter, WriterPool
+from memwal_datasource.write.shard_writer import open_shard_writer
+from memwal_datasource.write.writer_pool import KeptWriter, WriterPool
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 
@@ -77,7 +77,7 @@ def test_the_next_task_leasing_the_shard_continues_the_writer(location):
 def test_the_next_task_takes_the_shard_right_after_the_kept_writers_record(location):
     """The fast path: ``kept_record`` hands the idle record (for the writer's table only),
     ``take_after`` leases right after it, and the task continues the writer."""
-    from memwal_datasource.table_info import TableStamp
+    from memwal_datasource.table.table_info import TableStamp
 
     pool = WriterPool(idle_s=3600, max_age_s=3600, reaper=False)
     kept, _ = kept_writer(location, "job-1")
@@ -158,7 +158,7 @@ def test_two_processes_taking_turns_on_a_shard_never_write_into_each_others_rang
     holding exactly its rows."""
     import threading
 
-    from memwal_datasource.wal import WalTailer
+    from memwal_datasource.shard.wal import WalTailer
 
     uri, opts = location
     shard = str(uuid.uuid4())
