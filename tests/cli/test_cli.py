@@ -468,7 +468,7 @@ def test_tail_starts_at_the_last_entries_unless_from_start(table):
 
 @pytest.mark.parametrize("backend", ["local"])
 def test_manifest_shows_a_bucket_value_as_an_integer(location):
-    from memwal_datasource.table.view import sharding
+    from memwal_datasource.table import sharding
     uri, opts = location
     ds = sharding.create_table(uri, SCHEMA, ["id"], opts,
                                sharding.ShardingRequest(bucket_column="id", num_buckets=16))

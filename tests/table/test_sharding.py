@@ -16,8 +16,8 @@ from memwal_datasource.config import ShardWriterConfig
 from memwal_datasource.errors import ConfigError, MemWalError
 from memwal_datasource.shard.manifest import ManifestStore, list_shards
 from memwal_datasource.store import open_store
+from memwal_datasource.table import sharding
 from memwal_datasource.table.sharding import ShardingRequest
-from memwal_datasource.table.view import sharding
 from memwal_datasource.write.shard_writer import open_shard_writer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("tenant", pa.string())])

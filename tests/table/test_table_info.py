@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from memwal_datasource.store import open_store
+from memwal_datasource.table import table_info
 from memwal_datasource.table.sharding import create_table, table_sharding
 from memwal_datasource.table.table_info import (
     INFO_DIR,
@@ -23,7 +24,7 @@ from memwal_datasource.table.table_info import (
     latest_manifest,
     manifest_version,
 )
-from memwal_datasource.table.view import open_table, table_info
+from memwal_datasource.table.view import open_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()),
                     ("s", pa.struct([("a", pa.int32())]))])
