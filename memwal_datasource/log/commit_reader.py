@@ -47,6 +47,28 @@ from . import commit_folds
 log = logging.getLogger(__name__)
 
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
+# A read found no object (an empty object is not "missing": it is a damaged record).
+MISSING = object()
+
+
+def parse_record(data: bytes, where: str, sequence: int) -> CommitRecord:
+    """Record ``sequence`` from its stored bytes; a damaged one raises, naming the file.
+
+    An empty object is refused like any other damage: read as "no record" it would
+    end the log there and hide every record after it.
+    """
+    if not data:
+        raise CorruptEntryError(
+            f"restore commit record {where} from a backup or the store's object versions: "
+            "it is empty (0 bytes, a damaged or truncated upload), and reading past it "
+            "would hide this job's rows and every record after it")
+    rec = CommitRecord.from_json(data, where)
+    if rec.sequence != sequence:
+        raise CorruptEntryError(
+            f"restore commit record {where} from a backup or the store's object versions: "
+            f"it holds record {rec.sequence}, not {sequence}")
+    return rec
+
 
 def remember_fold(store: ObjectStore, state: Checkpoint, ckpt: Checkpoint | None) -> None:
     """Keep ``state`` (a copy the caller no longer folds) as the newest fold of
@@ -113,10 +135,10 @@ class CommitLogReader:
         try:
             data = data if data is not None else self.store.get(key)
         except FileNotFoundError:
-            data = b""
-        if not data:  # b"": read ahead or now, and missing
+            data = MISSING
+        if data is MISSING:  # read ahead or now, and not stored
             return None, True
-        rec = CommitRecord.from_json(data, self.store.describe(key))
+        rec = parse_record(data, self.store.describe(key), sequence)
         self._remember(rec)
         return rec, True
 
@@ -381,11 +403,11 @@ class CommitLogReader:
         state = self._state
         rec_key, next_key = record_key(state.sequence), record_key(state.sequence + 1)
 
-        def get() -> bytes:
+        def get() -> bytes | object:
             try:
                 return self.store.get(rec_key)
             except FileNotFoundError:
-                return b""
+                return MISSING
 
         if self.store.lists_after:
             got, after = read_all(self.store, get,
