@@ -21,6 +21,8 @@ Points (keyword arguments passed to hooks):
 * ``native.advanced`` (shard, epoch, position): MemTable mode fenced a shard and moved
   its replay position to ``position``; pylance's writer opens next.
 * ``commit.before`` / ``commit.after`` (sequence): around a commit record PUT.
+* ``commit.stray`` (sequence): a commit record PUT filled a number gc had released;
+  the commit deleted it and commits again.
 * ``commit.intent`` (intent_id, job_id): a contended commit stored its intent and waits
   for a group record to hold it (or leads one).
 * ``turn.written`` (shard, epoch, job_id, partition, attempt): a Spark task put the rows

@@ -41,6 +41,26 @@ def checkpoint_key(sequence: int) -> str:
     return f"{CHECKPOINTS_DIR}/{sequence:020d}.json"
 
 
+RELEASED_PREFIX = "released-"
+
+
+def released_key(sequence: int) -> str:
+    """Key of the marker saying records ``1..sequence`` are released: garbage collection
+    stores it before it deletes any of them, beside the checkpoints so that the one
+    listing a reader makes of those shows it (docs/protocol.md, "Invariants")."""
+    return f"{CHECKPOINTS_DIR}/{RELEASED_PREFIX}{sequence:020d}.json"
+
+
+def released_sequence(key: str) -> int | None:
+    """The sequence a :func:`released_key` names, else ``None``."""
+    name = key.rsplit("/", 1)[-1]
+    if name.startswith(RELEASED_PREFIX) and name.endswith(".json"):
+        number = name[len(RELEASED_PREFIX):-5]
+        if number.isdigit():
+            return int(number)
+    return None
+
+
 @dataclass(frozen=True)
 class CommittedRange:
     """WAL entries ``first..last`` (inclusive) of ``shard_id`` written by ``epoch``."""

@@ -44,6 +44,7 @@ from ..errors import (  # noqa: F401 - re-exported
     CorruptEntryError,
     MemWalError,
     OutcomeUnknown,
+    StoreError,
 )
 from ..format.commit_format import (  # noqa: F401 - the log's public names, re-exported
     APPEND,
@@ -85,6 +86,10 @@ COMMIT_DEADLINE_S = 10.0
 INTENT_MAX_AGE_S = COMMIT_DEADLINE_S
 LEADER_WAIT_S = 2.0
 POLL_S, POLL_MAX_S = 0.002, 0.025
+# Once a commit's intent or record may be stored, store errors do not end it: it reads
+# on until it knows its verdict, and answers OutcomeUnknown only when the store kept
+# failing this long.
+UNREACHABLE_S = 3 * COMMIT_DEADLINE_S
 # Record PUTs of this process that lost their number to another commit (benchmarks read it).
 LOST_RACES = 0
 
@@ -154,7 +159,7 @@ class CommitLog(CommitLogReader):
             result = self._append_alone(rec, txn, seq, once=True)
             if result is not None:
                 return result
-            after = seq  # we lost ``seq``: it is stored, and cannot hold our intent
+            after = rec.sequence  # the number we lost: stored, so it cannot hold our intent
         else:
             after = seq - 1
         return self._append_grouped(rec, txn, after)
@@ -192,7 +197,7 @@ class CommitLog(CommitLogReader):
             if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}"):
-                if self._verify_landed(rec):
+                if self._verify_landed(rec, self._until_unreachable()):
                     return self._landed(rec)
                 if fixed:
                     raise SequenceTaken(seq)
@@ -221,33 +226,71 @@ class CommitLog(CommitLogReader):
         """Write an intent, then lead a group record or wait for one holding it."""
         intent = Intent.new(rec, after)
         rec.intent_id = intent.intent_id
-        self._intents.write(intent)
-        hooks.point("commit.intent", intent_id=intent.intent_id, job_id=rec.job_id)
         waited: dict[str, float] = {}  # leader's intent id: when we began waiting for it
+        failing: float | None = None  # since when the store has failed us
+        stored = False
         try:
             while True:
-                seq = self.next_sequence()
-                checked = time.monotonic()
-                held = self._holder(intent, seq - 1)
-                if held is None:
-                    raise self._unknown(intent)
-                if held:
-                    return self._answer(*held, txn)
-                now_ms = int(time.time() * 1000)
-                others = [other for other in self._intents.pending(now_ms, INTENT_MAX_AGE_S)
-                          if other.intent_id != intent.intent_id
-                          and self._holder(other, seq - 1) == ()]
-                leader = min([intent, *others], key=Intent.order)
-                if leader is not intent:
-                    since = waited.setdefault(leader.intent_id, time.monotonic())
-                    if time.monotonic() - since < LEADER_WAIT_S:
-                        self._await_record(seq, since + LEADER_WAIT_S)
-                        continue
-                result = self._put_group(rec, intent, others, txn, seq, checked)
+                try:
+                    if not stored:  # a failed PUT may have stored it: read on either way
+                        stored = True
+                        self._intents.write(intent)
+                        hooks.point("commit.intent", intent_id=intent.intent_id,
+                                    job_id=rec.job_id)
+                    result = self._group_step(rec, intent, txn, waited)
+                except StoreError as exc:
+                    failing = self._store_failed(exc, failing, rec.job_id)
+                    continue
+                failing = None
                 if result is not None:
                     return result
         finally:
-            self._intents.delete(intent)
+            try:
+                self._intents.delete(intent)
+            except Exception as exc:  # noqa: BLE001 - gc sweeps stale intents
+                log.warning("could not delete commit intent %s: %s", intent.intent_id, exc)
+
+    def _group_step(self, rec: CommitRecord, intent: Intent, txn: Txn | None,
+                    waited: dict[str, float]) -> CommitResult | None:
+        """One look of a grouped commit: our verdict if a record holds our intent, else
+        lead or wait once; ``None`` to look again."""
+        seq = self.next_sequence()
+        checked = time.monotonic()
+        held = self._holder(intent, seq - 1)
+        if held is None:
+            raise self._unknown(intent)
+        if held:
+            return self._answer(*held, txn)
+        now_ms = int(time.time() * 1000)
+        others = [other for other in self._intents.pending(now_ms, INTENT_MAX_AGE_S)
+                  if other.intent_id != intent.intent_id
+                  and self._holder(other, seq - 1) == ()]
+        leader = min([intent, *others], key=Intent.order)
+        if leader is not intent:
+            since = waited.setdefault(leader.intent_id, time.monotonic())
+            if time.monotonic() - since < LEADER_WAIT_S:
+                self._await_record(seq, since + LEADER_WAIT_S)
+                return None
+        return self._put_group(rec, intent, others, txn, seq, checked)
+
+    def _store_failed(self, exc: StoreError, since: float | None, job_id: str) -> float:
+        """A store error after our intent or record may be stored: back off and read on,
+        or :class:`OutcomeUnknown` once the store has failed for :data:`UNREACHABLE_S`."""
+        now = time.monotonic()
+        since = now if since is None else since
+        if now - since >= UNREACHABLE_S:
+            raise OutcomeUnknown(
+                f"look the job up by its txnAppId or in the table's history (job {job_id}): "
+                f"the object store kept failing for {now - since:.0f} s after this commit "
+                f"may have stored its intent or record, so whether it committed is unknown "
+                f"(last error: {exc})") from exc
+        log.warning("commit of job %s: the object store failed (%s); reading on until its "
+                    "verdict is known", job_id, exc)
+        time.sleep(min(POLL_MAX_S * 8, 0.05 + (now - since) / 10))
+        return since
+
+    def _until_unreachable(self) -> float:
+        return time.monotonic() + UNREACHABLE_S
 
     def _put_group(self, rec: CommitRecord, intent: Intent, others: list[Intent],
                    txn: Txn | None, seq: int, checked: float) -> CommitResult | None:
@@ -276,7 +319,7 @@ class CommitLog(CommitLogReader):
             return None  # stalled since the checks: check again
         if put_resolved(self.store, record_key(seq), out.to_json(), retries=self.retries,
                         base_delay_ms=self.retry_base_delay_ms, what=f"commit record {seq}"):
-            if not self._verify_landed(out):
+            if not self._verify_landed(out, self._until_unreachable()):
                 return None
             self._landed(out)
             return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
@@ -299,6 +342,8 @@ class CommitLog(CommitLogReader):
         at = self._holders.get(intent.intent_id)
         if at is None or not intent.after < at <= upto:
             return ()
+        if at <= self.boundary(refresh=True):
+            return None  # a stray, or a record gc released: only a stall gets here
         rec = self._cache[at]
         return rec, next(p for p in rec.parts() if p.intent_id == intent.intent_id)
 
@@ -320,39 +365,43 @@ class CommitLog(CommitLogReader):
             f"removed commit records after {intent.after} before it could check whether one of "
             "them committed it")
 
-    def _verify_landed(self, rec: CommitRecord) -> bool:
-        """Whether our record, just stored at its number, will be read (see
-        docs/protocol.md, "A commit's verdict is exact").
+    def _verify_landed(self, rec: CommitRecord, deadline: float) -> bool:
+        """Whether our record, just stored at its number, is a record of the log (see
+        docs/protocol.md, "Invariants"): exactly when its number is above the released
+        boundary listed after the PUT.
 
-        ``False`` when the PUT filled a number gc had already folded into a
-        checkpoint and deleted: nobody reads it, so it is deleted and the caller
-        commits again. :class:`OutcomeUnknown` when no checkpoint still knows.
+        At or below it, our PUT filled a number a collector had freed (a collection
+        records the boundary, then a checkpoint folding it, before it deletes): no
+        reader takes it, so it is deleted (or gc deletes it) and the caller commits
+        again. Store errors while finding out are retried until ``deadline``, then
+        :class:`OutcomeUnknown`: the record is stored and may be ours.
         """
         seq = rec.sequence
-        covering = sorted(s for s in self._checkpoint_sequences() if s >= seq)
-        if not covering:
-            return True  # no collector has folded ``seq``: every fold will read ours
-        for ck_seq in covering:
-            ck = self._read_checkpoint(ck_seq)
-            if ck is None:
-                continue
-            self._adopt(ck)
-            digest = ck.recent.get(seq)
-            if digest == rec.digest():
-                return True
-            if digest is None:
+        failing = None
+        while True:
+            try:
+                released = self.boundary(refresh=True)
                 break
-            try:  # nobody reads it (readers start at the checkpoint); tidy up
-                self.store.delete(record_key(seq))
-            except Exception as exc:  # noqa: BLE001 - the next collection deletes it anyway
-                log.warning("could not delete orphaned commit record %d: %s", seq, exc)
-            log.warning("commit record %d filled a number garbage collection had already "
-                        "folded into checkpoint %d; committing again at a new number", seq, ck_seq)
-            return False
-        raise OutcomeUnknown(
-            f"look the job up by its txnAppId or in the table's history (job {rec.job_id}): its "
-            f"commit record {seq} stalled so long that garbage collection folded and removed the "
-            "records around it, and no stored checkpoint still says whose record it folded there")
+            except StoreError as exc:
+                if time.monotonic() >= deadline:
+                    raise OutcomeUnknown(
+                        f"look the job up by its txnAppId or in the table's history (job "
+                        f"{rec.job_id}): its commit record {seq} is stored, but the object "
+                        f"store failed while checking that garbage collection had not freed "
+                        f"that number (last error: {exc})") from exc
+                failing = self._store_failed(exc, failing, rec.job_id)
+        if seq > released:
+            return True  # no collector freed ``seq``: every fold will read ours
+        try:  # a stray: no reader takes it (readers refuse every number <= released)
+            self.store.delete(record_key(seq))
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a stray is never read; gc deletes it
+            log.warning("could not delete stray commit record %d: %s", seq, exc)
+        hooks.point("commit.stray", sequence=seq)
+        log.warning("commit record %d filled a number garbage collection had released (up "
+                    "to %d); committing again at a new number", seq, released)
+        return False
 
     def _auto_checkpoint(self, seq: int) -> None:
         if not self.checkpoint_interval or seq % self.checkpoint_interval:

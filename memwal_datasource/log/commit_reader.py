@@ -7,10 +7,13 @@ records after the latest one. ``_memwal_commits/_last_checkpoint.json`` is a
 hint to it; a missing or stale hint costs a LIST, never correctness.
 
 Contract for the garbage collector: delete records in ascending order, only
-below a checkpoint ``C`` (never record ``C`` itself), and keep the latest
-checkpoint. Then "record ``n - 1`` is stored and ``n`` is not" means ``n`` is
-the tip, which is how readers notice that records they relied on were
-collected (and move to the newer checkpoint) instead of missing commits. It
+at or below the **released boundary**, only below a stored checkpoint, and only
+after storing the boundary's marker (``_checkpoints/released-{n}.json``); keep the
+newest checkpoints and markers. Then no stored object at or below the boundary is a record:
+a committer stalled past a collection can put a *stray* into a freed number,
+and every reader here refuses it (docs/protocol.md, "Invariants"). A fold that
+read records from the store ends by listing the checkpoints: one that releases
+what the fold read, or is ahead of it, replaces the fold's base. The collector
 must also leave a grace period longer than any commit takes (as Delta's log
 retention does). Appending is :mod:`memwal_datasource.log.commit`.
 """
@@ -38,6 +41,7 @@ from ..format.commit_format import (
     Txn,
     checkpoint_key,
     record_key,
+    released_sequence,
     stream_app_id,
 )
 from ..shard.wal import first_missing
@@ -100,6 +104,8 @@ class CommitLogReader:
         self._ckpt: Checkpoint | None = None  # the newest checkpoint seen
         self._ckpt_looked = False
         self._state: Checkpoint | None = None  # our own fold: records 1..sequence
+        self._base_seq = 0  # ... folded onto the checkpoint (or seed) at this sequence
+        self._released = 0  # the released boundary our listings showed (never lower)
         self._holders: dict[str, int] = {}  # intent id: the record that answered it
         self._listed: int | None = None  # the newest checkpoint our last LIST showed
         # Answers a seeded reader's first look read at once (see _read_ahead); each is
@@ -112,6 +118,7 @@ class CommitLogReader:
         self._seeded = self._by_list = seed is not None  # see _check_seed
         if seed is not None:
             self._state, self._ckpt = seed[0].copy(), seed[1]
+            self._base_seq = self._state.sequence
 
     # --- reading records -------------------------------------------------------------
 
@@ -159,28 +166,41 @@ class CommitLogReader:
         Raises when records after ``after`` were garbage-collected below a
         checkpoint (a stream that far behind must restart), rather than stopping.
         """
-        seq, fresh = after + 1, False
+        if after < self.boundary(refresh=True):
+            raise self._released_before(after)
+        seq = after + 1
         while True:
-            rec, asked = self._fetch(seq)
+            rec, _ = self._fetch(seq)
             if rec is None:
                 break
             yield rec
-            seq, fresh = seq + 1, asked
-        last = seq - 1
-        # The log ends at ``seq`` only if record ``last`` is still stored (see the
-        # module docstring); a cached or assumed one may have been collected since.
-        if last > after and fresh:
-            return
-        if last >= 1 and not self._collected(last):
-            return
-        if last == 0 and self.latest_checkpoint() is None:
-            return  # an empty log
-        ck = self._relist()
-        if ck is not None and ck.sequence > after:
-            raise MemWalError(
-                f"commit records before checkpoint {ck.sequence} of "
-                f"{self.store.describe(COMMITS_DIR)} were garbage-collected; records after "
-                f"{after} can no longer be replayed: restart the reader from a checkpoint")
+            seq += 1
+        # Listed after the reads: a stray among them (a number freed and filled again
+        # since the first look) is at or below the boundary this finds.
+        if after < self.boundary(refresh=True):
+            raise self._released_before(after)
+        ck = self._ckpt
+        if ck is not None and ck.sequence >= seq:
+            raise self._released_before(after)  # records after ``after`` were collected
+
+    def _released_before(self, after: int) -> MemWalError:
+        ck = self._ckpt
+        upto = max(self.boundary(), ck.sequence if ck is not None else 0)
+        return MemWalError(
+            f"restart the reader from a later commit: garbage collection released commit "
+            f"records of {self.store.describe(COMMITS_DIR)} (up to record {upto}), so "
+            f"records after {after} can no longer be replayed")
+
+    def boundary(self, refresh: bool = False) -> int:
+        """The released boundary: no stored object numbered at or below it is a record.
+
+        Garbage collection stores it (a marker beside the checkpoints, after a
+        checkpoint above it) before it deletes a record. ``refresh`` lists the
+        checkpoints first, so the answer covers every collection before this call.
+        """
+        if refresh:
+            self._relist()
+        return self._released
 
     # --- checkpoints -----------------------------------------------------------------
 
@@ -263,6 +283,10 @@ class CommitLogReader:
             name = key.rsplit("/", 1)[-1]
             if name.endswith(".json") and name[:-5].isdigit():
                 out.append(int(name[:-5]))
+            else:
+                released = released_sequence(key)
+                if released is not None and released > self._released:
+                    self._released = released
         return out
 
     def checkpoint(self) -> Checkpoint | None:
@@ -324,9 +348,32 @@ class CommitLogReader:
         """Our fold, moved up to the latest checkpoint when that is further along."""
         self._ready()
         ck = self.latest_checkpoint()
-        if self._state is None or (ck is not None and ck.sequence > self._state.sequence):
-            self._state = ck.copy() if ck is not None else Checkpoint()
+        if self._state is None or (ck is not None and (
+                ck.sequence > self._state.sequence or self._released > self._base_seq)):
+            self._rebase(ck)
         return self._state
+
+    def _rebase(self, ck: Checkpoint | None) -> None:
+        """Fold from ``ck`` on; forget what we read at or below its boundary (a stray
+        read there is not a record)."""
+        self._state = ck.copy() if ck is not None else Checkpoint()
+        self._base_seq = self._state.sequence
+        released = self._released
+        self._cache = {n: r for n, r in self._cache.items() if n > released}
+        self._holders = {i: n for i, n in self._holders.items() if n > released}
+
+    def _stray_free(self, read: bool) -> bool:
+        """After a fold that ``read`` records from the store: ``True`` when the newest
+        checkpoint, listed now, releases none of them and is not ahead of the fold;
+        else the fold is moved onto it (``False``: fold again)."""
+        state = self._state
+        if not read and self._listed is not None and self._listed <= state.sequence:
+            return True  # read nothing since a listing that showed no newer checkpoint
+        ck = self._relist()
+        if ck is None or (self._released <= self._base_seq and ck.sequence <= state.sequence):
+            return True
+        self._rebase(ck)
+        return False
 
     def _fold(self, upto: int | None = None) -> Checkpoint:
         """Fold the records up to (at least) ``upto``, or to the end of the log.
@@ -335,26 +382,26 @@ class CommitLogReader:
         record we need that is gone was collected: move to the newer checkpoint.
         """
         for _ in range(MAX_RELOADS):
-            state, fresh = self._base(), False
+            state, read = self._base(), False
             while upto is None or state.sequence < upto:
                 rec, asked = self._fetch(state.sequence + 1)
                 if rec is None:
                     break
                 state.fold(rec)
-                fresh = asked
+                read = read or asked
             else:
                 return state
             if upto is not None:
                 self._chase(state.sequence + 1, past=state.sequence)
-            elif fresh or not self._collected(state.sequence):
-                return state  # record n stored and n + 1 not: n is the last
-            else:
-                self._chase(state.sequence, past=state.sequence)
+            elif self._stray_free(read):
+                return state  # record n + 1 missing, and no collection passed n: n is last
         raise self._moving()
 
     def _state_at(self, upto: int) -> Checkpoint:
         """Records ``1..upto`` folded exactly (for the checkpoint at ``upto``)."""
         state = self._fold(upto)
+        if not self._stray_free(True):  # a checkpoint is forever: never fold a stray into one
+            state = self._fold(upto)
         if state.sequence != upto:  # our fold went past upto: refold from below it
             ck = self._ckpt
             state = ck.copy() if ck is not None and ck.sequence <= upto else Checkpoint()
@@ -483,13 +530,17 @@ class CommitLogReader:
         return list(self._fold().visible)
 
     def first_stored(self) -> int:
-        """The oldest stored record: a collection deletes the oldest first, in order,
-        and only below a checkpoint whose own record it keeps."""
+        """The oldest record: one past the released boundary (a collection deletes only
+        at or below it, oldest first)."""
+        released = self.boundary(refresh=True)
+        if released:
+            return released + 1  # collected only up to it; a stray below is no record
         if self.store.exists(record_key(1)):
             return 1
-        ck = self.latest_checkpoint(refresh=True)
+        ck = self._ckpt
         if ck is None:
             return 1  # an empty log
+        # A log collected before collections named their boundary: bisect.
         lo, hi = 1, ck.sequence  # record lo is gone, record hi is kept
         while hi - lo > 1:
             mid = (lo + hi) // 2

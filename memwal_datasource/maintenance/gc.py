@@ -59,8 +59,16 @@ from dataclasses import dataclass, field
 
 from .. import hooks
 from ..errors import Fenced, MemWalError
+from ..format.commit_format import released_key, released_sequence
 from ..format.memwal import manifest_key, parse_bit_reversed_name
-from ..log.commit import COMMIT_DEADLINE_S, GC, SequenceTaken, record_key
+from ..log.commit import (
+    CHECKPOINTS_DIR,
+    COMMIT_DEADLINE_S,
+    COMMITS_DIR,
+    GC,
+    SequenceTaken,
+    record_key,
+)
 from ..log.commit_intents import Intents
 from ..log.holds import ReaderHold, ReaderHolds, lowest_held
 from ..log.rounds import (
@@ -84,6 +92,9 @@ log = logging.getLogger(__name__)
 MIN_RETAIN_SECONDS = 3 * COMMIT_DEADLINE_S
 DEFAULT_RETAIN_SECONDS = 3600.0
 MAX_REPLANS = 8  # commits landing while we plan, before giving up for this run
+# Checkpoints (and released markers) kept: the newest is all a reader needs; a few more
+# serve readers whose hint or listing is a moment old without a second listing.
+KEEP_CHECKPOINTS = 3
 
 
 @dataclass
@@ -368,7 +379,9 @@ def collect(table: TableView, *, retain_seconds: float = DEFAULT_RETAIN_SECONDS,
         _keep_for_late_holds(table, todo)
         if todo.records:
             table.commits.checkpoint()
+        _release(table, todo)
         _delete(table, todo, progress)
+        _collect_checkpoints(table)
         log.info("memwal gc %s: deleted %d WAL entries of %d shard(s), %d commit records, %d "
                  "manifest versions, %d round files (%d bytes)%s", table.uri,
                  sum(len(s.entries) for s in todo.shards), len(todo.shards), len(todo.records),
@@ -394,6 +407,47 @@ def _sweep_intents(table: TableView, todo: GcPlan) -> None:
             table.store.delete(key)
         except FileNotFoundError:
             pass
+
+
+def _release(table: TableView, todo: GcPlan) -> None:
+    """Store the released boundary (the last record this run deletes), then add the
+    strays at or below it: objects a committer stalled past an earlier collection put
+    into freed numbers, which no reader takes (docs/protocol.md, "Invariants")."""
+    if todo.records:
+        last = max(int(k.rsplit("/", 1)[-1].split(".")[0]) for k, _ in todo.records)
+        table.store.put(released_key(last), b"{}")
+    else:
+        last = table.commits.boundary(refresh=True)
+        if not last:
+            return
+    planned = {k for k, _ in todo.records}
+    for key in table.store.list(COMMITS_DIR + "/"):
+        name = key.rsplit("/", 1)[-1]
+        if (key.count("/") == COMMITS_DIR.count("/") + 1 and name.endswith(".json")
+                and name[:-5].isdigit() and int(name[:-5]) <= last and key not in planned):
+            todo.records.append((key, table.store.head(key) or 0))
+            log.warning("memwal gc %s: deleting stray commit record %s (a committer stalled "
+                        "past a collection put it into a freed number)", table.uri, name)
+    todo.records.sort()  # ascending, as every collection deletes
+
+
+def _collect_checkpoints(table: TableView) -> None:
+    """Delete all but the newest :data:`KEEP_CHECKPOINTS` checkpoints and released markers:
+    a reader needs only the newest (a stale hint falls back to a listing), and every
+    commit lists them, so they must not grow with the table's age."""
+    checkpoints, markers = [], []
+    for key in table.store.list(CHECKPOINTS_DIR + "/"):
+        name = key.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:-5].isdigit():
+            checkpoints.append((int(name[:-5]), key))
+        elif released_sequence(key) is not None:
+            markers.append((released_sequence(key), key))
+    for kept in (checkpoints, markers):
+        for _, key in sorted(kept)[:-KEEP_CHECKPOINTS]:
+            try:
+                table.store.delete(key)
+            except FileNotFoundError:
+                pass
 
 
 def _delete(table: TableView, todo: GcPlan, progress: Callable[[int, int], None] | None,

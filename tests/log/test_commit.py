@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from memwal_datasource.errors import CorruptEntryError, MemWalError, TransientStoreError
+from memwal_datasource.format.commit_format import released_key
 from memwal_datasource.log.commit import (
     APPEND,
     CHECKPOINTS_DIR,
@@ -79,7 +80,9 @@ def _expected(n: int, overwrite_at: tuple[int, ...] = ()) -> list[CommittedRange
 
 
 def _gc(store, below: int) -> None:
-    """What the garbage collector will do: delete records below a checkpoint, ascending."""
+    """What the garbage collector does: store the released boundary (records below the
+    checkpoint ``below``), then delete them, ascending."""
+    store.put(released_key(below - 1), b"{}")
     for seq in range(1, below):
         store.delete(record_key(seq))
 
@@ -89,14 +92,19 @@ def _collect_pass(store, grace_s: float) -> list[int]:
     below it the records older than ``grace_s``): the sequences it deleted."""
     log = CommitLog(store, checkpoint_interval=None)
     ck = log.checkpoint()
-    deleted: list[int] = []
-    for seq in range(1, ck.sequence if ck else 0):
+    doomed: list[int] = []
+    for seq in range(log.first_stored(), ck.sequence if ck else 0):
         try:
             rec = log.read(seq)
         except FileNotFoundError:
             continue
         if rec.created_ms >= (time.time() - grace_s) * 1000:
             break
+        doomed.append(seq)
+    if doomed:
+        store.put(released_key(doomed[-1]), b"{}")
+    deleted: list[int] = []
+    for seq in doomed:
         store.delete(record_key(seq))
         deleted.append(seq)
     return deleted
@@ -257,8 +265,9 @@ def test_missing_garbage_or_stale_hint_still_finds_the_latest(any_store, hint, c
     with caplog.at_level(logging.WARNING, logger="memwal_datasource.log.commit"):
         assert log.latest_checkpoint().sequence == 10
         assert log.visible() == _expected(11)
-    # A stale hint is corrected by probing the next interval, the others by a LIST.
-    assert counting.calls["list"] == (0 if hint == b'{"sequence": 5}' else 1)
+    # A stale hint is corrected by probing the next interval, the others by a LIST; a
+    # fold that read records ends with one (a stray among them would be released).
+    assert counting.calls["list"] == (1 if hint == b'{"sequence": 5}' else 2)
     assert ("only a hint" in caplog.text) == (hint == b"{not json")
 
 
@@ -292,13 +301,17 @@ def test_collected_records_below_a_checkpoint(any_store):
     assert fresh.visible() == _expected(12, (3,))
     assert fresh.next_sequence() == 13
     assert [r.sequence for r in CommitLog(any_store).records(after=10)] == [11, 12]
-    with pytest.raises(MemWalError, match="before checkpoint 10 .*garbage-collected"):
+    with pytest.raises(MemWalError, match="restart the reader .* released commit records"):
         list(CommitLog(any_store).records())
     # A log holding later records but not the collected ones notices too; what it
     # holds is still served.
-    with pytest.raises(MemWalError, match="garbage-collected"):
+    with pytest.raises(MemWalError, match="released commit records"):
         list(behind.records(after=2))
-    assert [r.sequence for r in behind.records(after=8)] == [9, 10, 11, 12]
+    # Records at or below the released boundary (9) are never served again, even from a
+    # cache: a stray could stand in their place.
+    with pytest.raises(MemWalError, match="released commit records"):
+        list(behind.records(after=8))
+    assert [r.sequence for r in behind.records(after=9)] == [10, 11, 12]
     assert CommitLog(any_store).append(APPEND, _ranges(13)).record.sequence == 13
     assert CommitLog(any_store).visible() == _expected(13, (3,))
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from memwal_datasource.errors import OutcomeUnknown
+from memwal_datasource.format.commit_format import released_key
 from memwal_datasource.log import commit_folds
 from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, record_key
 from memwal_datasource.log.commit_reader import forget_folds
@@ -94,7 +95,8 @@ def test_a_fold_collected_past_starts_from_the_newer_checkpoint(any_store):
     log = CommitLog(any_store, checkpoint_interval=10)
     for seq in range(26, 41):
         assert log.append(APPEND, _one(seq), job_id=f"j{seq}").record.sequence == seq
-    for seq in range(1, 40):  # a collector: everything below checkpoint 40
+    any_store.put(released_key(39), b"{}")  # a collector: the boundary, then below it
+    for seq in range(1, 40):
         any_store.delete(record_key(seq))
     _restore(stale)
     assert CommitLog(any_store).append(APPEND, _one(41)).record.sequence == 41

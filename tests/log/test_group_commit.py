@@ -17,7 +17,13 @@ import pytest
 
 from memwal_datasource import hooks
 from memwal_datasource.errors import CommitRefused
-from memwal_datasource.format.commit_format import COMMITTED, DUPLICATE, REFUSED, CommitRecord
+from memwal_datasource.format.commit_format import (
+    COMMITTED,
+    DUPLICATE,
+    REFUSED,
+    CommitRecord,
+    released_key,
+)
 from memwal_datasource.log import commit as commit_module
 from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn, record_key
 from memwal_datasource.log.commit_intents import Intent, Intents
@@ -238,6 +244,7 @@ def test_two_stalled_committers_on_adjacent_numbers_both_commit_again(location):
             for i in range(8, 13):
                 others.append(APPEND, [rng(f"f{i}")], job_id=f"f{i}", group=False)
             assert others.latest_checkpoint(refresh=True).sequence == 10
+            store.put(released_key(9), b"{}")  # a collector's contract: the boundary first
             for seq in range(1, 10):
                 store.delete(record_key(seq))
 
