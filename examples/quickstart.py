@@ -49,7 +49,7 @@ def next_steps(uri: str, storage: dict[str, str]) -> str:
         f"  memwal compact {uri}{flags}      # fold the WAL into the base Lance table",
         f"  memwal gc {uri}{flags}           # then delete what compaction made unnecessary",
         "  memwal --help, memwal options    # every command; every Spark option",
-        "  README.md: 'Running on a cluster', 'Troubleshooting'",
+        "  README.md; docs/cluster.md, docs/troubleshooting.md",
     ]
     if secrets:
         lines.append("  (credentials: export AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
