@@ -18,7 +18,7 @@ SCOPE_ARGS = ("write", "stream-write", "read", "stream-read")
 @click.option("--scope", metavar="SCOPE", default=None,
               help=f"only the options one scope accepts: {', '.join(SCOPE_ARGS)}")
 @click.option("--markdown", "as_markdown", is_flag=True,
-              help="the Markdown reference the README quotes")
+              help="the Markdown reference docs/options.md quotes")
 @json_opt
 def options(scope: str | None, as_markdown: bool, as_json: bool) -> None:
     """List the Spark data source's options: name, value, default, scopes.

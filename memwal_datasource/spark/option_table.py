@@ -1,7 +1,7 @@
 """Every Spark option of the ``memwal`` format, declared once.
 
 Each :class:`Option` row (name, kind, default, scopes, description) drives
-the unknown-option check and its error, the option reference the README
+the unknown-option check and its error, the option reference docs/options.md
 quotes (``tests/spark/test_option_table.py`` keeps them equal), and ``memwal
 options`` in the CLI. :mod:`memwal_datasource.spark.options` parses the
 values; the shard writer's knobs come from
@@ -189,7 +189,7 @@ def check_known(options: Mapping[str, str], scopes: tuple[str, ...], what: str) 
             raise ConfigError(f"unknown {what} option '{key}': did you mean '{close}'? "
                               "(`memwal options` lists every option)")
         raise ConfigError(
-            f"unknown {what} option '{key}': see `memwal options` (or the README's option "
+            f"unknown {what} option '{key}': see `memwal options` (or docs/options.md's option "
             f"table) for the {what} options, or use '{STORAGE_PREFIX}<name>' for a storage "
             "option (e.g. storage.aws_endpoint)")
 
@@ -205,7 +205,7 @@ def flag(options: Mapping[str, str], name: str) -> bool:
 
 
 def markdown() -> str:
-    """The option reference as a Markdown table (the README quotes it)."""
+    """The option reference as a Markdown table (docs/options.md quotes it)."""
     lines = ["| option | scope | value | default | meaning |", "|---|---|---|---|---|"]
     for o in OPTIONS:
         default = f"`{o.default}`" if o.default else "unset"

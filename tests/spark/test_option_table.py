@@ -1,24 +1,13 @@
-"""The option table: one declaration drives the check, the errors and the README."""
+"""The option table: one declaration drives the check, the errors and docs/options.md
+(which tests/test_readme.py checks)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from memwal_datasource.errors import ConfigError
-from memwal_datasource.spark.option_table import OPTIONS, READS, WRITES, markdown, options_for
+from memwal_datasource.spark.option_table import OPTIONS, READS, WRITES, options_for
 from memwal_datasource.spark.options import ReadOptions, WriteOptions
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-BEGIN, END = "<!-- options:begin -->", "<!-- options:end -->"
-
-
-def test_readme_quotes_the_option_table():
-    text = README.read_text()
-    assert BEGIN in text and END in text, "README lost its option reference markers"
-    quoted = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert quoted == markdown(), "README's option table differs: paste option_table.markdown()"
 
 
 def _parse(scope_options, options):
