@@ -31,6 +31,7 @@ from pyspark.sql.datasource import (
 
 from ..log.commit import (
     APPEND,
+    COMMITTED,
     OVERWRITE,
     CommitLog,
     CommitRecord,
@@ -233,19 +234,26 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
     return rec
 
 
-def _record_of(opts: WriteOptions, job_id: str) -> CommitRecord | None:
-    """The commit record of ``job_id``, searched from the newest (best effort)."""
+def _record_of(opts: WriteOptions, job_id: str) -> tuple[CommitRecord | None, bool]:
+    """(the record that committed ``job_id``, whether the log could be searched).
+
+    Searched from the newest record down to the oldest one stored (a stray below the
+    released boundary is no record); a group record answers only if it committed the
+    job's member (a refused or duplicate member committed nothing).
+    """
     try:
         log_ = CommitLog(open_store(opts.path, opts.storage))
-        for seq in range(log_.next_sequence() - 1, 0, -1):
+        for seq in range(log_.next_sequence() - 1, log_.first_stored() - 1, -1):
             rec = log_.read(seq)
-            if any(part.job_id == job_id for part in rec.parts()):
-                return rec
+            part = next((p for p in rec.parts() if p.job_id == job_id), None)
+            if part is not None:
+                return (rec if part.verdict == COMMITTED else None), True
             if rec.created_ms and rec.created_ms < (time.time() - 3600) * 1000:
-                return None  # far older than any job still aborting
+                return None, True  # far older than any job still aborting
     except Exception as exc:  # noqa: BLE001 - only a log line depends on it
         log.debug("could not check the commit log for job %s: %s", job_id, exc)
-    return None
+        return None, False
+    return None, True
 
 
 class MemWalBatchWriter(DataSourceArrowWriter):
@@ -277,10 +285,15 @@ class MemWalBatchWriter(DataSourceArrowWriter):
     def abort(self, messages) -> None:
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
         # Spark also aborts when the commit worker died after the record landed.
-        landed = _record_of(self.opts, self.job_id)
+        landed, searched = _record_of(self.opts, self.job_id)
         if landed is not None:
             log.warning("memwal job %s: Spark reports the job failed, but its commit record "
                         "%d landed: its rows are committed", self.job_id, landed.sequence)
+            return
+        if not searched:
+            log.warning("memwal job %s aborted after %d task(s) finished; the commit log could "
+                        "not be read to check whether it committed: look the job up with "
+                        "`memwal history`", self.job_id, len(done))
             return
         log.warning("memwal job %s aborted after %d task(s) finished; nothing committed, "
                     "readers still see the table as before", self.job_id, len(done))
