@@ -5,12 +5,18 @@ Every test runs on memory, local disk, the S3 server and both emulators (``backe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from memwal_datasource.errors import CorruptEntryError
-from memwal_datasource.format.commit_format import released_key
+from memwal_datasource import hooks
+from memwal_datasource.errors import CorruptEntryError, OutcomeUnknown, TransientStoreError
+from memwal_datasource.format.commit_format import CommitRecord, released_key
 from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, record_key
+from memwal_datasource.log.commit_intents import Intent, Intents
 from memwal_datasource.log.commit_reader import forget_folds
+from memwal_datasource.store import open_store
+from tests.helpers import DelegatingStore
 
 
 def _commit(log: CommitLog, shard: str, first: int, last: int):
@@ -118,3 +124,135 @@ def test_gc_keeps_only_the_newest_checkpoints_and_markers(tmp_path):
     assert CommitLog(_Table.store).boundary(refresh=True) == 8
     forget_folds()
     assert [r.first for r in CommitLog(_Table.store).visible()] == list(range(1, 13))
+
+
+# --- followers: exact answers once an intent is stored ------------------------------------
+
+class OutageStore(DelegatingStore):
+    """A store that fails its next ``down`` calls of any kind (after the client's
+    retries); with ``land`` a failing plain PUT still stores the object (a lost ack)."""
+
+    def __init__(self, inner, land: bool = False):
+        super().__init__(inner)
+        self.down = 0
+        self.land = land
+        self.failed = 0
+
+    def _fail(self, what: str) -> None:
+        if self.down > 0:
+            self.down -= 1
+            self.failed += 1
+            raise TransientStoreError(f"injected outage: {what}")
+
+    def get(self, key):
+        self._fail(f"GET {key}")
+        return super().get(key)
+
+    def head(self, key):
+        self._fail(f"HEAD {key}")
+        return super().head(key)
+
+    def list(self, prefix):
+        self._fail(f"LIST {prefix}")
+        return super().list(prefix)
+
+    def put(self, key, data):
+        if self.down > 0 and self.land:
+            super().put(key, data)
+        self._fail(f"PUT {key}")
+        super().put(key, data)
+
+    def put_if_absent(self, key, data):
+        self._fail(f"PUT {key}")
+        super().put_if_absent(key, data)
+
+
+@pytest.fixture(autouse=True)
+def _clear_hooks():
+    yield
+    hooks.clear()
+
+
+def _pending_intent(store, after: int) -> None:
+    """A young intent of a stalled owner: the next committer takes the group path."""
+    Intents(store).write(Intent.new(CommitRecord(
+        sequence=0, kind=APPEND, job_id="stalled", ranges=[rng("stalled")]), after))
+
+
+def rng(shard: str) -> CommittedRange:
+    return CommittedRange(shard, 1, 1, 1, rows=1)
+
+
+def _on_intent(job: str, fn) -> None:
+    hooks.register("commit.intent", lambda intent_id, job_id: fn(intent_id)
+                   if job_id == job else None)
+
+
+def test_a_follower_whose_reads_fail_reads_on_to_its_verdict(location):
+    """B's intent is stored; the leader A commits it; then B's store fails six calls in a
+    row: B reads on and answers committed (it used to fail while its rows committed)."""
+    store = open_store(*location)
+    CommitLog(store).append(APPEND, [rng("base")], job_id="base", group=False)
+    _pending_intent(store, after=1)
+    b_store = OutageStore(open_store(*location))
+
+    def lead_then_fail(_intent_id):
+        a = CommitLog(open_store(*location)).append(APPEND, [rng("a")], job_id="a")
+        assert a.created
+        b_store.down = 6
+
+    _on_intent("b", lead_then_fail)
+    b = CommitLog(b_store, retry_base_delay_ms=1).append(APPEND, [rng("b")], job_id="b")
+    assert b.created and b_store.failed == 6
+    seen = [r.shard_id for r in CommitLog(open_store(*location)).visible()]
+    assert sorted(seen) == ["a", "b", "base", "stalled"]
+
+
+def test_an_intent_put_whose_ack_was_lost_commits_once(location):
+    store = open_store(*location)
+    CommitLog(store).append(APPEND, [rng("base")], job_id="base", group=False)
+    _pending_intent(store, after=1)
+    b_store = OutageStore(open_store(*location), land=True)
+    real_write = Intents.write
+
+    def failing_write(self, intent):
+        b_store.down = 1
+        return real_write(self, intent)
+
+    Intents.write = failing_write
+    try:
+        b = CommitLog(b_store, retry_base_delay_ms=1).append(APPEND, [rng("b")], job_id="b")
+    finally:
+        Intents.write = real_write
+    assert b.created and b_store.failed == 1
+    seen = [r.shard_id for r in CommitLog(open_store(*location)).visible()]
+    assert sorted(seen) == ["b", "base", "stalled"]
+
+
+def test_a_follower_never_takes_its_verdict_from_a_stray(location):
+    """A stalled leader's record holding B's intent lands in a number gc had released:
+    B must not answer 'committed' from it (nobody reads that record)."""
+    store = open_store(*location)
+    for job in ("base1", "base2"):
+        CommitLog(store).append(APPEND, [rng(job)], job_id=job, group=False)
+    _pending_intent(store, after=2)
+
+    def stray_holds_it(intent_id):
+        others = CommitLog(open_store(*location))
+        real3 = others.append(APPEND, [rng("c")], job_id="c", group=False).record
+        others.append(APPEND, [rng("d")], job_id="d", group=False)
+        others.checkpoint()
+        stray = replace(real3, job_id="leader", members=[
+            replace(real3.parts()[0], job_id="leader"),
+            replace(real3.parts()[0], job_id="b", intent_id=intent_id,
+                    ranges=[rng("b")])])
+        store.put(released_key(3), b"{}")
+        store.delete(record_key(3))
+        store.put(record_key(3), stray.to_json())
+
+    _on_intent("b", stray_holds_it)
+    with pytest.raises(OutcomeUnknown, match="look the job up"):
+        CommitLog(open_store(*location), retry_base_delay_ms=1).append(
+            APPEND, [rng("b")], job_id="b")
+    forget_folds()
+    assert "b" not in [r.shard_id for r in CommitLog(open_store(*location)).visible()]
