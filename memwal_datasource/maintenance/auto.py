@@ -71,6 +71,8 @@ class PassResult:
     gc: GcPlan | None = None
     error: BaseException | None = None
     seconds: float = 0.0
+    stopped: bool = False  # asked to stop: it ended between two rounds
+
 
     @property
     def ran(self) -> bool:
@@ -90,9 +92,11 @@ class PassResult:
         if self.gc is not None:
             g = self.gc
             parts.append(f"gc deleted {len(g.items())} object(s), {g.bytes:,} bytes")
+        if self.stopped:
+            parts.append("stopped between rounds, as asked")
         if self.error is not None:
             parts.append(f"FAILED: {type(self.error).__name__}: {self.error}")
-        if not self.ran and not self.busy_by and self.error is None:
+        if not (self.ran or self.busy_by or self.stopped or self.error):
             parts.append("nothing to do (below the thresholds)")
         return f"{self.uri}: " + "; ".join(parts) + f" [{self.seconds:.1f}s]"
 
@@ -104,12 +108,18 @@ def _gc_due(before: Backlog, thresholds: Thresholds, force: bool, now: float) ->
     return force or last is None or now * 1000 - last >= thresholds.gc_every_s * 1000
 
 
+class _Stop(Exception):
+    """Asked to stop: raised between two rounds, never inside one."""
+
+
 def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
                   force: bool = False, label: str = "memwal maintainer",
-                  leases: Leases | None = None) -> PassResult:
+                  leases: Leases | None = None,
+                  stop: threading.Event | None = None) -> PassResult:
     """One pass: compaction (if a threshold is passed, or ``force`` and anything is
     pending), then gc (if due), under the maintainer lease. Never raises an
-    ``Exception``: the result carries it (and the table's status records it)."""
+    ``Exception``: the result carries it (and the table's status records it).
+    ``stop`` set ends the pass at the next point between rounds (before gc too)."""
     t0 = time.time()
     out = PassResult(table.uri)
     try:
@@ -120,10 +130,12 @@ def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
             out.reason = "asked to (--force)"
         out.gc_due = _gc_due(before, thresholds, force, t0)
         if out.reason or out.gc_due:
-            _leased_pass(table, thresholds, out, label, leases)
-            if out.ran:
+            _leased_pass(table, thresholds, out, label, leases, stop)
+            if out.ran and not out.stopped:
                 status.record(table.store, "maintainer", t0, time.time() - t0,
                               {"reason": out.reason or "gc due", "label": label})
+    except _Stop:
+        out.stopped = True
     except Exception as exc:  # noqa: BLE001 - a pass reports; its caller decides
         out.error = exc
         status.record(table.store, "maintainer", t0, time.time() - t0, error=exc)
@@ -135,7 +147,7 @@ def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
 
 
 def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, label: str,
-                 leases: Leases | None) -> None:
+                 leases: Leases | None, stop: threading.Event | None) -> None:
     leases = leases or Leases(table.store, ttl_s=thresholds.lease_ttl_s)
     holder = Holder(job_id=f"maintainer-{uuid.uuid4().hex}", partition=-1, label=label,
                     job_started_ms=int(time.time() * 1000))
@@ -149,11 +161,13 @@ def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, labe
             if out.reason:
                 out.compaction = _timed(table, "compaction", lambda: compact(
                     table, max_rounds=thresholds.max_rounds,
-                    progress=lambda r, left: _between_rounds(table, held, r.number, left)),
-                    _compaction_json)
+                    progress=lambda r, left: _between_rounds(table, held, r.number, left,
+                                                             stop)), _compaction_json)
                 out.gc_due = out.gc_due or bool(out.compaction.rounds)
             if out.gc_due:
                 held.check()
+                if stop is not None and stop.is_set():
+                    raise _Stop
                 hooks.point("maintain.gc", uri=table.uri)
                 out.gc = _timed(table, "gc", lambda: collect(
                     table, retain_seconds=thresholds.gc_retain_s), _gc_json)
@@ -161,15 +175,20 @@ def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, labe
         hooks.point("maintain.released", uri=table.uri, label=label)
 
 
-def _between_rounds(table: TableView, held, number: int, remaining: int) -> None:
+def _between_rounds(table: TableView, held, number: int, remaining: int,
+                    stop: threading.Event | None) -> None:
     held.check()  # a lost lease stops the pass here (another maintainer took over)
     hooks.point("maintain.round", uri=table.uri, round=number, remaining=remaining)
+    if stop is not None and stop.is_set() and remaining:
+        raise _Stop
 
 
 def _timed(table: TableView, operation: str, run: Callable, as_json: Callable):
     t0 = time.time()
     try:
         result = run()
+    except _Stop:
+        raise
     except Exception as exc:
         status.record(table.store, operation, t0, time.time() - t0, error=exc)
         raise
