@@ -114,12 +114,13 @@ class _Stop(Exception):
 
 def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
                   force: bool = False, label: str = "memwal maintainer",
-                  leases: Leases | None = None,
-                  stop: threading.Event | None = None) -> PassResult:
+                  leases: Leases | None = None, stop: threading.Event | None = None,
+                  gc_clock: Callable[[], int] | None = None) -> PassResult:
     """One pass: compaction (if a threshold is passed, or ``force`` and anything is
     pending), then gc (if due), under the maintainer lease. Never raises an
     ``Exception``: the result carries it (and the table's status records it).
-    ``stop`` set ends the pass at the next point between rounds (before gc too)."""
+    ``stop`` set ends the pass at the next point between rounds (before gc too);
+    ``leases`` and ``gc_clock`` (gc's store clock, ms) let tests move time."""
     t0 = time.time()
     out = PassResult(table.uri)
     try:
@@ -130,7 +131,7 @@ def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
             out.reason = "asked to (--force)"
         out.gc_due = _gc_due(before, thresholds, force, t0)
         if out.reason or out.gc_due:
-            _leased_pass(table, thresholds, out, label, leases, stop)
+            _leased_pass(table, thresholds, out, label, leases, stop, gc_clock)
             if out.ran and not out.stopped:
                 status.record(table.store, "maintainer", t0, time.time() - t0,
                               {"reason": out.reason or "gc due", "label": label})
@@ -147,7 +148,8 @@ def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
 
 
 def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, label: str,
-                 leases: Leases | None, stop: threading.Event | None) -> None:
+                 leases: Leases | None, stop: threading.Event | None,
+                 gc_clock: Callable[[], int] | None) -> None:
     leases = leases or Leases(table.store, ttl_s=thresholds.lease_ttl_s)
     holder = Holder(job_id=f"maintainer-{uuid.uuid4().hex}", partition=-1, label=label,
                     job_started_ms=int(time.time() * 1000))
@@ -161,6 +163,7 @@ def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, labe
             if out.reason:
                 out.compaction = _timed(table, "compaction", lambda: compact(
                     table, max_rounds=thresholds.max_rounds,
+                    max_records_per_round=thresholds.max_records_per_round,
                     progress=lambda r, left: _between_rounds(table, held, r.number, left,
                                                              stop)), _compaction_json)
                 out.gc_due = out.gc_due or bool(out.compaction.rounds)
@@ -170,7 +173,7 @@ def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, labe
                     raise _Stop
                 hooks.point("maintain.gc", uri=table.uri)
                 out.gc = _timed(table, "gc", lambda: collect(
-                    table, retain_seconds=thresholds.gc_retain_s), _gc_json)
+                    table, retain_seconds=thresholds.gc_retain_s, clock=gc_clock), _gc_json)
     finally:
         hooks.point("maintain.released", uri=table.uri, label=label)
 

@@ -30,6 +30,7 @@ class Thresholds:
     check_every_s: float = DEFAULT_CHECK_EVERY_S
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
     max_rounds: int = 16  # rounds per pass: a pass that ends lets the lease go to others
+    max_records_per_round: int = 256  # as memwal compact's default
 
     def passed(self, pending_records: int, pending_bytes: int,
                oldest_age_s: float | None) -> str:
