@@ -102,10 +102,18 @@ class PassResult:
 
 
 def _gc_due(before: Backlog, thresholds: Thresholds, force: bool, now: float) -> bool:
+    """gc without compaction first: on a table a maintainer compacted before (its
+    retention may have passed since), at most every ``gc_every_s``. A table nobody
+    maintains automatically is collected only after a pass compacts it."""
     if not before.compacted_round:
         return False  # nothing compacted: nothing gc could release
-    last = (before.maintenance.get("gc") or {}).get("started_ms")
-    return force or last is None or now * 1000 - last >= thresholds.gc_every_s * 1000
+    if force:
+        return True
+    done = before.maintenance
+    if "compaction" not in done:
+        return False
+    last = (done.get("gc") or {}).get("started_ms")
+    return last is None or now * 1000 - last >= thresholds.gc_every_s * 1000
 
 
 class _Stop(Exception):

@@ -104,6 +104,8 @@ def backlog(table: TableView, *, full: bool = True, workers: int = 8) -> Backlog
         in_progress = snap.compacted_round + 1
     except FileNotFoundError:
         pass
+    except MemWalError:  # a damaged intent: still a round nobody finished (status says why)
+        in_progress = snap.compacted_round + 1
     out = Backlog(
         pending_records=snap.pending_records, pending_rows=sum(r.rows for r in snap.tail),
         pending_bytes=sum(r.bytes for r in snap.tail), oldest_pending_ms=oldest,
