@@ -145,7 +145,7 @@ def test_merge_schema_beside_an_old_schema_writer_and_a_lance_reader(spark, spar
     want = {i: None for i in [*range(10), *range(100, 105), *range(20, 25)]}
     want.update({i: i for i in range(10, 20)})
     got = read(spark, uri, opts, view="table").collect()
-    assert Counter(r.id for r in got) == Counter(want) and {r.id: r.w for r in got} == want
+    assert Counter(r.id for r in got) == Counter(list(want)) and {r.id: r.w for r in got} == want
     compact(uri, storage)
     base = lance.dataset(uri, storage_options=lance_storage_options(storage)).to_table()
     assert dict(zip(base.column("id").to_pylist(), base.column("w").to_pylist(),
