@@ -57,9 +57,9 @@ def test_two_streams_with_automatic_maintenance(spark, spark_location, tmp_path)
     storage = storage_of(opts)
     new_table(spark, uri, opts)
     src = [str(tmp_path / "src0"), str(tmp_path / "src1")]
-    add_files(spark, src[0], 0, 6, rows_per_file=50)     # ids 0..299
-    add_files(spark, src[1], 100, 6, rows_per_file=50)   # ids 5000..5299
-    keys = list(range(0, 300)) + list(range(5000, 5300))
+    add_files(spark, src[0], 0, 4, rows_per_file=50)     # ids 0..199
+    add_files(spark, src[1], 100, 4, rows_per_file=50)   # ids 5000..5199
+    keys = list(range(0, 200)) + list(range(5000, 5200))
     sinks = [start_sink(spark, s, uri, str(tmp_path / f"ck{i}"), opts)
              for i, s in enumerate(src)]
     # A stream from earliest, started while they run (its hold keeps what it has yet to read).
