@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .maintenance.backlog import Backlog, backlog
 from .maintenance.compact import CompactionSummary
 from .maintenance.compact import compact as run_compaction
 from .maintenance.gc import GcPlan, collect
@@ -21,8 +22,15 @@ class MemWalTable(TableView):
     """A memwal table: read it, compact it, collect its garbage, list its history.
 
     Everything :class:`~memwal_datasource.table.view.TableView` reads, plus
-    :meth:`compact` and :meth:`gc`.
+    :meth:`compact`, :meth:`gc` and :meth:`stats`.
     """
+
+    def stats(self, full: bool = True) -> Backlog:
+        """The backlog: pending commit records, rows, bytes and the oldest one's age; with
+        ``full``, WAL objects and bytes per shard, checkpoints, stream holds and pending
+        commit intents; and the last compaction and gc (``Backlog.to_json()`` is the
+        ``backlog`` object of ``memwal inspect --json``, see docs/operations.md)."""
+        return backlog(self, full=full)
 
     def compact(self, **kwargs) -> CompactionSummary:
         """Fold committed WAL entries into the base table, exactly once.

@@ -1,6 +1,6 @@
 """``memwal``: inspect a table's MemWAL: shards, manifests, the WAL, commit records.
 
-Every command but ``compact`` and ``gc`` is read-only: none claims an epoch or
+Every command but ``compact``, ``gc`` and ``maintain`` is read-only: none claims an epoch or
 writes a file; those two run the fenced maintenance steps (``--dry-run`` shows
 what they would do). Storage
 options come from ``--storage key=value`` (Lance names, e.g. ``aws_endpoint``)
@@ -29,7 +29,7 @@ from .errors import (
     CliGroup,
 )
 from .inspect_cmds import commits, inspect, manifest, shards
-from .maintain import compact, gc
+from .maintain import compact, gc, maintain
 from .options_cmd import options
 from .params import TABLE_MARKERS, json_opt, open_table, resolve_shard, storage_opt
 from .render import format_value, human_size, local_time, short, short_ids
@@ -56,7 +56,7 @@ __all__ = [
 @click.group(cls=CliGroup, epilog=EPILOG)
 @click.version_option(package_name="memwal_datasource")
 def main() -> None:
-    """Inspect a Lance table's MemWAL; compact and collect it (compact, gc).
+    """Inspect a Lance table's MemWAL; compact and collect it (compact, gc, maintain).
 
     PATH is the table's root: a local path, file://..., s3://, gs://bucket/prefix or
     az://container/prefix.
@@ -64,7 +64,7 @@ def main() -> None:
     """
 
 
-for _command in (shards, manifest, tail, commits, inspect, compact, gc, options):
+for _command in (shards, manifest, tail, commits, inspect, compact, gc, maintain, options):
     main.add_command(_command)
 
 

@@ -178,6 +178,50 @@ def _compaction_summary(uri: str, storage: dict[str, str], store: ObjectStore,
             "pending_records": snap.pending_records}
 
 
+def _backlog(uri: str, storage: dict[str, str], store: ObjectStore) -> dict | None:
+    """The backlog (:meth:`MemWalTable.stats`), or ``None`` without a readable commit log."""
+    from ..maintenance.backlog import backlog
+    from ..table.view import TableView
+
+    try:
+        return backlog(TableView(uri, storage, store=store)).to_json()
+    except MemWalError:
+        return None
+
+
+def _backlog_rows(b: dict) -> list[tuple[str, str]]:
+    """The backlog as ``(what, value)`` rows for people."""
+    age = b["oldest_pending_age_s"]
+    rows = [("backlog", f"{b['pending_records']} commit record(s) pending, "
+             f"{b['pending_rows']:,} rows, {human_size(b['pending_bytes'])}"
+             + (f", oldest {age:.0f}s old" if age is not None else "")
+             + (f"; round {b['round_in_progress']} in progress"
+                if b["round_in_progress"] else "")),
+            ("WAL", f"{b['wal_objects']:,} objects, {human_size(b['wal_bytes'])} in "
+             f"{len(b['shards'])} shard(s); {b['checkpoints']} checkpoint(s); "
+             f"{b['pending_intents']} pending commit intent(s)")]
+    holds = [h for h in b["stream_holds"] if h["live"]]
+    if b["stream_holds"]:
+        rows.append(("holds", f"{len(holds)} live stream hold(s)" + "".join(
+            f"; {h['label'] or h['hold_id']} after record {h['after_seq']}, "
+            f"{h['age_s']:.0f}s ago" for h in holds)))
+    for op in ("compaction", "gc"):
+        entry = b["maintenance"].get(op)
+        if not entry:
+            rows.append((f"last {op}", "never recorded (memwal maintain, or a stream's "
+                         "automatic maintenance, records it)"))
+            continue
+        text = (f"{local_time(entry.get('started_ms'))}, {entry.get('seconds', 0):.1f}s, by "
+                f"{entry.get('by', '?')}: " + ", ".join(
+                    f"{k.replace('_', ' ')} {v}" for k, v in (entry.get("result") or {}).items()
+                    if v not in (None, "")))
+        if entry.get("last_error"):
+            text += (f"; {'FAILING' if entry.get('failing') else 'last error'} "
+                     f"{local_time(entry.get('last_error_ms'))}: {entry['last_error']}")
+        rows.append((f"last {op}", text))
+    return rows
+
+
 def _lance_summary(uri: str, storage: dict[str, str]) -> dict | None:
     """Version, columns and row count of the Lance dataset, or ``None`` if unreadable."""
     try:
@@ -225,9 +269,10 @@ def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
     }
     lance_info = _lance_summary(uri, storage)
     compaction = _compaction_summary(uri, storage, store, lance_info)
+    backlog = _backlog(uri, storage, store)
     if as_json:
         emit_json({"table": uri, "lance": lance_info, "compaction": compaction,
-                    "totals": totals, "commits": commit_summary,
+                    "backlog": backlog, "totals": totals, "commits": commit_summary,
                     "shards": [asdict(s) for s in infos]})
         return
     console = new_console()
@@ -266,6 +311,8 @@ def inspect(uri: str, as_json: bool, storage: dict[str, str]) -> None:
                           f"entries in {lagging} shard(s) (in-flight jobs or failed "
                           f"attempts); {totals['sentinel_entries']} fence sentinel(s)"))
     facts.add_row(*cells("sstables", f"{totals['sstables']} (MemTable-mode flushes)"))
+    for what, value in _backlog_rows(backlog) if backlog is not None else []:
+        facts.add_row(*cells(what, value))
     console.print(Text(uri, style="bold"))
     console.print(facts)
     if infos:

@@ -1,13 +1,16 @@
-"""Commands that change a table: ``compact`` (fold the WAL into the base) and ``gc``."""
+"""Commands that change a table: ``compact`` (fold the WAL into the base), ``gc``, and
+``maintain`` (both, when the backlog passes a threshold, in a loop)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 import click
 
 from ..log.rounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS
-from .errors import EPILOG, EXIT_RETRY, CliError
+from ..maintenance.thresholds import Thresholds
+from .errors import EPILOG, EXIT_ERROR, EXIT_RETRY, CliError
 from .params import json_opt, open_table, storage_opt
 from .render import emit_json, human_size, new_console
 
@@ -155,3 +158,96 @@ def gc(uri: str, dry_run: bool, retain_hours: float, retain_manifest_versions: i
         console.print(f"kept: {kept}", soft_wrap=True)
     elif not done.items() and not done.pending_seq:
         console.print("kept: nothing is compacted yet (run memwal compact first)", soft_wrap=True)
+
+
+@click.command(epilog=EPILOG, short_help="Compact and collect when the backlog passes a "
+               "threshold, in a loop.")
+@click.argument("uri", metavar="PATH")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="seconds between passes")
+@click.option("--once", is_flag=True, help="one pass, then exit (for cron)")
+@click.option("--force", is_flag=True, help="compact whatever is pending and collect, "
+              "whatever the thresholds")
+@click.option("--pending-records", type=click.IntRange(min=1),
+              default=Thresholds.pending_records, show_default=True,
+              help="compact once this many commit records are pending")
+@click.option("--pending-bytes", type=click.IntRange(min=1), default=Thresholds.pending_bytes,
+              show_default=True, help="... or once they hold this many Arrow bytes")
+@click.option("--pending-age-s", type=click.FloatRange(min=0), default=Thresholds.pending_age_s,
+              show_default=True, help="... or once the oldest is this many seconds old")
+@click.option("--retain-hours", type=click.FloatRange(min=0),
+              default=Thresholds.gc_retain_s / 3600, show_default=True,
+              help="gc's retention (as memwal gc)")
+@click.option("--gc-every-s", type=click.FloatRange(min=0), default=Thresholds.gc_every_s,
+              show_default=True, help="collect garbage at most this often")
+@json_opt
+@storage_opt
+def maintain(uri: str, interval: float, once: bool, force: bool, pending_records: int,
+             pending_bytes: int, pending_age_s: float, retain_hours: float, gc_every_s: float,
+             as_json: bool, storage: dict[str, str]) -> None:
+    """Keep a table maintained: compaction rounds, then gc, when a threshold is passed.
+
+    The same passes a stream's automatic maintenance runs (one maintainer per
+    table at a time: a pass that finds another one working skips). One line per
+    pass (a JSON object per line with --json). Ctrl-C or SIGTERM stops cleanly
+    between two rounds; a second Ctrl-C stops at once (safe too: the next
+    maintainer finishes the round).
+    """
+    import signal
+    import threading
+    import time
+
+    from ..maintenance.auto import maintain_once
+    from ..table.view import TableView
+
+    open_table(uri, storage)
+    thresholds = Thresholds(pending_records=pending_records, pending_bytes=pending_bytes,
+                            pending_age_s=pending_age_s, gc_retain_s=retain_hours * 3600,
+                            gc_every_s=gc_every_s, check_every_s=interval)
+    stop = threading.Event()
+    previous = {}
+
+    def asked_to_stop(signum, _frame) -> None:
+        stop.set()
+        for sig, handler in previous.items():  # a second signal acts at once
+            signal.signal(sig, handler)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, asked_to_stop)
+    table = TableView(uri, storage)
+    console = new_console()
+    try:
+        while True:
+            result = maintain_once(table, thresholds, force=force, stop=stop,
+                                   label=f"memwal maintain ({'once' if once else 'loop'})")
+            if as_json:
+                click.echo(json.dumps(_pass_json(result), default=str))
+            else:
+                console.print(f"{time.strftime('%H:%M:%S')} {result.line()}", soft_wrap=True)
+            if once:
+                if result.error is not None:
+                    raise CliError(f"Run memwal maintain again: the pass failed "
+                                   f"({type(result.error).__name__}: {result.error}); what "
+                                   "it started is finished by the next pass.", EXIT_ERROR)
+                return
+            if stop.is_set() or stop.wait(interval):
+                break
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not as_json:
+        console.print(f"{uri}: stopped", soft_wrap=True)
+
+
+def _pass_json(result) -> dict:
+    """One pass as a JSON line."""
+    c, g = result.compaction, result.gc
+    return {"table": result.uri, "seconds": round(result.seconds, 3), "reason": result.reason,
+            "busy_by": result.busy_by, "stopped": result.stopped,
+            "error": None if result.error is None else f"{type(result.error).__name__}: "
+                                                       f"{result.error}",
+            "backlog": result.before.to_json() if result.before is not None else None,
+            "compaction": None if c is None else {"rounds": len(c.rounds), "rows": c.rows,
+                                                  "pending_records": c.pending_records},
+            "gc": None if g is None else {"deleted_objects": len(g.items()),
+                                          "deleted_bytes": g.bytes}}

@@ -91,7 +91,10 @@ class _Renewer:
                     self._cond.wait(self._due[0][0] - time.monotonic() if self._due else None)
                 _at, _seq, held = heapq.heappop(self._due)
             if not held.stopped:
-                self._pool.submit(held._tick)
+                try:
+                    self._pool.submit(held._tick)
+                except RuntimeError:  # the interpreter is shutting down: nothing to renew for
+                    return
 
 
 _RENEWER = _Renewer()

@@ -17,6 +17,12 @@ from difflib import get_close_matches
 
 from ..config import CHOICES, RANGES, ShardWriterConfig
 from ..errors import ConfigError
+from ..maintenance.thresholds import (
+    DEFAULT_GC_RETAIN_S,
+    DEFAULT_PENDING_AGE_S,
+    DEFAULT_PENDING_BYTES,
+    DEFAULT_PENDING_RECORDS,
+)
 from ..options import STORAGE_PREFIX
 from ..shard.leases import DEFAULT_TTL_S
 
@@ -122,6 +128,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("txnVersion", "int >= 0", "", (WRITE,), "idempotency version, with txnAppId"),
     Option("query_id", "text", "", (STREAM_WRITE,),
            "the stream's identity for exactly-once commits (unset: from checkpointLocation)"),
+    Option("merge_schema", "bool", "false", WRITES,
+           "add the DataFrame's columns the table lacks (nullable; Lance's add_columns, nulls "
+           "for existing rows) before the tasks write; a changed type is still refused"),
+    Option("auto_maintain", "bool", "", WRITES,
+           "compaction and then gc in the background of the driver's Python commit worker "
+           "once the backlog passes a maintain_* threshold (one maintainer per table); unset: "
+           "true for writeStream, false for write"),
+    Option("maintain_pending_records", "int >= 1", str(DEFAULT_PENDING_RECORDS), WRITES,
+           "auto_maintain: compact once this many commit records are pending"),
+    Option("maintain_pending_bytes", "int >= 1", str(DEFAULT_PENDING_BYTES), WRITES,
+           "auto_maintain: compact once the pending records hold this many Arrow bytes"),
+    Option("maintain_pending_age_s", "seconds > 0", f"{DEFAULT_PENDING_AGE_S:g}", WRITES,
+           "auto_maintain: compact once the oldest pending commit record is this old"),
+    Option("maintain_gc_retain_s", "seconds >= 30", f"{DEFAULT_GC_RETAIN_S:g}", WRITES,
+           "auto_maintain: gc's retention (memwal gc --retain-hours, in seconds)"),
     *_config_rows(),
     Option("view", "tail|table", "tail", (READ,),
            "'tail': committed rows not yet compacted; 'table': the whole table (base Lance "

@@ -18,6 +18,7 @@ from ..config import ShardWriterConfig
 from ..errors import ConfigError
 from ..format.memwal import FieldId
 from ..log.commit import STREAM_KEY_PREFIX, Txn
+from ..maintenance.thresholds import Thresholds
 from ..options import normalize, redact
 from ..shard.leases import DEFAULT_TTL_S
 from ..store import local_path
@@ -130,6 +131,11 @@ class WriteOptions:
     memtable_auto: bool = False
     # The writer options set explicitly (Spark defaults apply to the others).
     explicit: frozenset[str] = frozenset()
+    # Add the DataFrame's new nullable columns to the table before writing.
+    merge_schema: bool = False
+    # Automatic maintenance after a commit (None: unset, on for streams only).
+    auto_maintain: bool | None = None
+    maintain: Thresholds = field(default_factory=Thresholds)
 
     @property
     def delete(self) -> bool:
@@ -172,7 +178,11 @@ class WriteOptions:
                    lease_wait_s=_seconds(opts, "lease_wait_s", DEFAULT_LEASE_WAIT_S, True),
                    lease_ttl_s=_seconds(opts, "lease_ttl_s", DEFAULT_TTL_S, False),
                    keep_writers=flag(opts, "keep_writers"),
-                   memtable_auto=auto, explicit=explicit)
+                   memtable_auto=auto, explicit=explicit,
+                   merge_schema=flag(opts, "merge_schema"),
+                   auto_maintain=(flag(opts, "auto_maintain") if "auto_maintain" in opts
+                                  else None),
+                   maintain=_thresholds(opts))
 
     def with_table_key(self, has_primary_key: bool) -> WriteOptions:
         """These options for a table with or without a primary key.
@@ -234,6 +244,24 @@ def _spark_defaults(config: ShardWriterConfig, explicit: frozenset[str],
             raise ConfigError(f"{exc} (option 'enable_memtable' is unset, and a table with a "
                               "primary key defaults to true)") from None
     return config
+
+
+def _thresholds(options: Mapping[str, str]) -> Thresholds:
+    """The ``maintain_*`` options as automatic maintenance's thresholds."""
+    from ..maintenance.gc import MIN_RETAIN_SECONDS
+
+    base = Thresholds()
+    retain = _seconds(options, "maintain_gc_retain_s", base.gc_retain_s, False)
+    if retain < MIN_RETAIN_SECONDS:
+        raise ConfigError(f"option 'maintain_gc_retain_s' must be at least "
+                          f"{MIN_RETAIN_SECONDS:g} (gc's minimum retention), got "
+                          f"'{options['maintain_gc_retain_s']}'")
+    return replace(
+        base, pending_records=_positive_int(options, "maintain_pending_records")
+        or base.pending_records,
+        pending_bytes=_positive_int(options, "maintain_pending_bytes") or base.pending_bytes,
+        pending_age_s=_seconds(options, "maintain_pending_age_s", base.pending_age_s, False),
+        gc_retain_s=retain)
 
 
 def _shard_by(options: Mapping[str, str]) -> ShardingRequest | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import replace
 from urllib.parse import urlparse
 
@@ -19,7 +20,13 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError, MemWalError
 from ..format.memwal import MEM_WAL_DIR
-from ..format.table_schema import data_schema, primary_key_of, schema_mismatch, without_row_key
+from ..format.table_schema import (
+    add_columns_fix,
+    data_schema,
+    primary_key_of,
+    schema_mismatch,
+    without_row_key,
+)
 from ..log.commit import COMMITS_DIR
 from ..store import ObjectStore, open_store
 from ..table import sharding
@@ -28,6 +35,8 @@ from ..table.table_info import TableInfo, TableStamp, describe_created, describe
 from .deletes import prepare_delete
 from .options import WriteOptions
 from .schema import align_timestamps, check_key_types, table_schema_for
+
+log = logging.getLogger("memwal_datasource")
 
 # What marks a location as a table of ours: a Lance dataset or a MemWAL.
 TABLE_DIRS = ("_versions", MEM_WAL_DIR, COMMITS_DIR)
@@ -89,6 +98,15 @@ def prepare_table_info(opts: WriteOptions, spark_schema: StructType) -> TableInf
     if info is not None:
         # Compaction's hidden key (tables without a primary key) is never written.
         table = without_row_key(info.schema)
+        extra = [f for f in incoming if f.name not in table.names]
+        if extra and opts.merge_schema:
+            info = merge_columns(opts, store, table, incoming, extra)
+            table = without_row_key(info.schema)
+        elif extra:
+            raise ConfigError(
+                f"Write with option merge_schema=true to add column(s) {[f.name for f in extra]}"
+                " to the table (nullable; rows written before read null). "
+                + add_columns_fix(extra, opts.path))
         problem = schema_mismatch(data_schema(table), align_timestamps(incoming, table),
                                   opts.path)
         if problem:  # leaving out a nullable column is fine: the writer fills nulls
@@ -105,6 +123,51 @@ def prepare_table_info(opts: WriteOptions, spark_schema: StructType) -> TableInf
     created = sharding.create_table(opts.path, incoming, opts.primary_key, opts.storage,
                                     opts.shard_by)
     return describe_created(opts.path, opts.storage, created, store=store)
+
+
+# Tries of add_columns against concurrent commits (each re-reads the table).
+MERGE_ATTEMPTS = 5
+
+
+def merge_columns(opts: WriteOptions, store: ObjectStore, table: pa.Schema,
+                  incoming: pa.Schema, extra: list[pa.Field]) -> TableInfo:
+    """Option ``merge_schema``: add ``extra`` (nullable) to the table with Lance's
+    ``add_columns``, before any task writes; the new table's description.
+
+    Refused first, changing nothing, when the write would still not fit (a changed
+    type names its column). Writers that planned with the old schema go on: their
+    entries lack the new columns, which read as null. A concurrent writer adding the
+    same columns wins or loses Lance's commit; the loser re-reads and finds them.
+    """
+    import lance
+
+    from ..options import lance_storage_options
+    from ..table.table_info import describe_created
+
+    added = [pa.field(f.name, f.type, nullable=True) for f in extra]
+    merged = pa.schema(list(table) + added)
+    problem = schema_mismatch(data_schema(merged), align_timestamps(incoming, merged), opts.path)
+    if problem:
+        raise ConfigError(f"{problem} (option merge_schema adds new columns only; it does "
+                          "not change a column's type)")
+    for attempt in range(MERGE_ATTEMPTS + 1):
+        ds = lance.dataset(opts.path, storage_options=lance_storage_options(opts.storage))
+        missing = [f for f in added if f.name not in ds.schema.names]
+        if not missing:
+            return describe_created(opts.path, opts.storage, ds, store=store)
+        if attempt == MERGE_ATTEMPTS:
+            break
+        try:
+            ds.add_columns(missing)
+        except OSError as exc:  # a concurrent commit: read again
+            log.info("memwal merge_schema on %s: add_columns conflicted (%s); reading again",
+                     opts.path, exc)
+            continue
+        log.info("memwal merge_schema: added column(s) %s to %s", [f.name for f in missing],
+                 opts.path)
+    raise MemWalError(f"Write again: option merge_schema could not add column(s) "
+                      f"{[f.name for f in extra]} to {opts.path}: every try conflicted with "
+                      "another commit")
 
 
 def prepare_table(opts: WriteOptions, spark_schema: StructType) -> pa.Schema:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -231,7 +232,21 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
         sum(m.bytes for m in msgs), sum(m.wal_entries for m in msgs),
         time.time() - (min(starts) if starts else started),
         max((m.lease_s for m in msgs), default=0.0), opts.describe())
+    if opts.auto_maintain if opts.auto_maintain is not None else query_id is not None:
+        # The maintainer's thread (and its first import) starts off the commit's path.
+        threading.Thread(target=_wake_maintainer, args=(opts,), daemon=True).start()
     return rec
+
+
+def _wake_maintainer(opts: WriteOptions) -> None:
+    """Option ``auto_maintain``: wake this process's background maintainer of the table
+    (:mod:`memwal_datasource.maintenance.auto`); a failure here never reaches a job."""
+    try:
+        from ..maintenance.auto import nudge
+
+        nudge(opts.path, opts.storage, opts.maintain)
+    except Exception as exc:  # noqa: BLE001 - maintenance is retried at the next commit
+        log.warning("memwal: could not start automatic maintenance of %s: %s", opts.path, exc)
 
 
 def _record_of(opts: WriteOptions, job_id: str) -> tuple[CommitRecord | None, bool]:
