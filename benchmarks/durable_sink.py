@@ -6,7 +6,7 @@ commit puts one record naming those objects, durably and only once. No lease, no
 no sequence, no reader: two objects per one-task append (memwal's kept-writer append
 also leaves two, its WAL entry and commit record). Both puts go through memwal's store
 (``put_if_absent``: on local disk a temporary file, fsync, link and directory fsync; on
-S3 one conditional PUT), whose S3 client costs what obstore's does (``s3_client_cpu``).
+S3 one conditional PUT), through the same S3 client (obstore).
 Its Arrow IPC is compressed exactly when memwal's WAL entries are by default (zstd on an
 object store, none on local disk), so neither writes fewer bytes than the other.
 With memwal's worker measures (``spark/worker_entry``), as the no-op sink has.

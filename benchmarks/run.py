@@ -22,10 +22,9 @@ from typing import Any
 from .harness import RESULTS_DIR, Ctx, Load, load_line, machine_info, machine_line, write_outputs
 
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
-SCENARIOS = ("throughput", "spark_write", "read", "worker_rss", "pk_write", "s3_client_cpu",
-             "store_commits", "table_plan", "small_writes", "s3_server_cpu", "concurrency_no_spark",
-             "spark_concurrency", "stream_latency", "worker_socket", "import_time",
-             "pk_compaction", "store_latency", "driver_jit")
+SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "table_plan", "small_writes",
+             "concurrency_no_spark", "spark_concurrency", "stream_latency", "import_time",
+             "pk_compaction", "store_latency")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
 
 
