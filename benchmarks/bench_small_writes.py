@@ -1,10 +1,14 @@
-"""Issues 21/25: 4 concurrent Spark writers x N appends x 5,000 rows, one job each.
+"""4 concurrent Spark writers x N appends x 5,000 rows, one job each.
 
 memwal (defaults: kept writers; and with ``keep_writers=false``) vs the plain Lance append a user
 writes (``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also
-made durable by fsyncing what it wrote) vs a no-op Python sink, on local disk and S3
-(SeaweedFS). rows/s, p50/p99 per append, net objects and kilobytes per append (memwal
-compresses its WAL entries on S3 by default, Lance encodes its data files; the data is
+made durable by fsyncing what it wrote) vs a no-op Python sink, with and without
+memwal's worker measures (the heap freeze; the 40 ms delayed-ACK wait taken off the TCP
+socket to the JVM), vs the durable Python sink of ``durable_sink``, on local disk and S3
+(SeaweedFS), over Spark's TCP sockets and over Unix domain sockets. rows/s, p50/p99 per
+append, CPU per append of the driver JVM (its JIT compiles each small job anew) and of
+the local S3 server, net objects and kilobytes per append (memwal compresses its WAL
+entries on S3 by default, Lance encodes its data files; the data is
 :func:`harness.arrow_rows`, sequential ids and a repeated suffix), and the store calls
 and fsyncs of the same append run in-process (:func:`harness.io_per_append`).
 """
@@ -23,6 +27,7 @@ WRITERS, ROWS, BUCKET = 4, 5_000, "memwal-small"
 MEMWAL, UNKEPT = "memwal (defaults)", "memwal (keep_writers=false)"
 LANCE, LANCE_SYNC = "Lance append (toArrow + write_dataset)", "durable Lance append (+ fsync)"
 NOOP = "no-op Python sink (ceiling)"
+NOOP_PLAIN = "no-op Python sink without memwal's worker measures"
 DURABLE = "durable Python sink (ceiling of a durable sink)"
 DIRS = ("data", "_versions", "_transactions", "")
 
@@ -76,8 +81,10 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None,
              LANCE: competitor(lance_append, lance_rows)}
     if not storage:
         comps[LANCE_SYNC] = competitor(lambda u: lance_append(u, True), lance_rows)
-    comps[NOOP] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
-        "noop_arrow").mode("append").save(), lambda u: None)
+    for name, measures in ((NOOP, "true"), (NOOP_PLAIN, "false")):
+        comps[name] = competitor(lambda u, m=measures: lambda s: h.frame(spark, s, ROWS).write
+                                 .format("noop_arrow").option("measures", m).mode("append")
+                                 .save(), lambda u: None)
     # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
     comps[DURABLE] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
         durable_sink.NAME).mode("append").options(path=u, **prefixed).save(),
@@ -90,6 +97,7 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None,
             "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE]),
             "unkept": h.ratios(runs, UNKEPT, "rows_s", [LANCE]),
             "durable_vs_noop": h.ratios(runs, DURABLE, "rows_s", [NOOP]),
+            "measures": h.ratios(runs, NOOP, "rows_s", [NOOP_PLAIN]),
             "io_per_append": h.io_per_append(traced, storage),
             "io_per_append_unkept": h.io_per_append(traced + "-unkept", storage,
                                                     keep_writers="false")}
@@ -120,6 +128,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]
         rows += [[*r, h.cell(rt[r[1]], "{:.2f}") if r[1] in rt else "1"] for r in h.rows(
             comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
+                   ("cpu_s_per_append jvm", "{:.3f}"), ("cpu_s_per_append other", "{:.3f}"),
                    ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")], w)]
         targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
@@ -129,6 +138,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                              "per append, nothing else)", rt[DURABLE]),
                     h.target(f"{w}: durable Python sink / no-op Python sink rows/s (what "
                              "durability costs any sink)", c["durable_vs_noop"][NOOP]),
+                    h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
+                             "rows/s", c["measures"][NOOP_PLAIN]),
                     h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
                              c["unkept"][LANCE]),
                     h.target(f"{w}: memwal objects written per append",
@@ -149,4 +160,5 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                        "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
             "cases": cases, "targets": targets, "panels": panels,
             "table": {"columns": ["where", "competitor", "rows/s", "p50 ms", "p99 ms",
+                                  "driver JVM CPU s/append", "S3 server CPU s/append",
                                   "objects/append", "KB/append", "memwal / it"], "rows": rows}}
