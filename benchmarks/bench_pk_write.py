@@ -63,13 +63,10 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     rows = ctx.pick(200_000, 2_000_000, 4_000_000)
     for conf, modes, rss in (({}, MODES, False),
                              ({"spark.python.worker.reuse": "false"}, {"WAL-only": "false"}, True)):
-        spark = h.spark_session(ctx, **conf)
-        try:
+        with h.spark_session(ctx, **conf) as spark:
             df = h.frame(spark, 0, rows, parts=4).cache()
             assert df.count() == rows
             runs = _writes(ctx, df, rows, modes, rss)
-        finally:
-            spark.stop()
         if rss:
             rss_comp, rss_rt = h.stats(runs), h.ratios(runs, NO_PK, "peak_rss_mb", [NOOP])[NOOP]
         else:

@@ -32,17 +32,18 @@ DURABLE = "durable Python sink (ceiling of a durable sink)"
 DIRS = ("data", "_versions", "_transactions", "")
 
 
-def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None,
-          warm: int = 2) -> dict[str, Any]:
-    """One store's competitors, alternated; each warms up with ``warm`` appends per writer."""
+def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 2,
+         writers: int = WRITERS, only: tuple[str, ...] | None = None) -> tuple[dict, dict]:
+    """One store's competitors (``only`` these), alternated: ``writers`` threads x ``n``
+    appends; each warms up with ``warm`` appends per writer. The case and its runs; with
+    every competitor, also a traced in-process append's store calls and fsyncs."""
     import lance
 
     prefixed = {f"storage.{k}": v for k, v in (storage or {}).items()}  # as Spark takes them
 
-    def memwal(uri: str, keep: bool = True):
-        opts = {**prefixed, **({} if keep else {"keep_writers": "false"})}
-        return lambda start: h.frame(spark, start, ROWS).write.format("memwal").mode(
-            "append").options(**opts).save(uri)
+    def sink(fmt: str, **opts: str):
+        return lambda uri: lambda start: h.frame(spark, start, ROWS).write.format(fmt).mode(
+            "append").options(**prefixed, **opts).save(uri)
 
     def lance_append(uri: str, durable: bool = False):
         def listing() -> set[str]:
@@ -64,65 +65,65 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None,
                    else str(ctx.scratch("small") / "t.lance"))
             append, k = make(uri), n if r >= 0 else warm
             append(0)  # the table, untimed
-            before, size = h.count_objects(uri, storage), h.stored_bytes(uri, storage)
-            out = h.concurrent_appends(spark, WRITERS, k, ROWS, append)
-            out["objects_per_append"] = (h.count_objects(uri, storage) - before) / (WRITERS * k)
-            out["kb_per_append"] = (h.stored_bytes(uri, storage) - size) / (WRITERS * k) / 1e3
-            assert count(uri) in (None, (WRITERS * k + 1) * ROWS), f"{count(uri)} rows visible"
+            objects, size = h.stored(uri, storage)
+            out = h.concurrent_appends(spark, writers, k, ROWS, append)
+            objects_after, size_after = h.stored(uri, storage)
+            out["objects_per_append"] = (objects_after - objects) / (writers * k)
+            out["kb_per_append"] = (size_after - size) / (writers * k) / 1e3
+            assert count(uri) in (None, (writers * k + 1) * ROWS), f"{count(uri)} rows visible"
             return out
         return run
 
     def lance_rows(uri: str) -> int:
         return lance.dataset(uri, storage_options=storage).count_rows()
 
-    comps = {MEMWAL: competitor(memwal, lambda u: h.committed_rows(u, storage)),
-             UNKEPT: competitor(lambda u: memwal(u, False),
-                                lambda u: h.committed_rows(u, storage)),
-             LANCE: competitor(lance_append, lance_rows)}
-    if not storage:
-        comps[LANCE_SYNC] = competitor(lambda u: lance_append(u, True), lance_rows)
-    for name, measures in ((NOOP, "true"), (NOOP_PLAIN, "false")):
-        comps[name] = competitor(lambda u, m=measures: lambda s: h.frame(spark, s, ROWS).write
-                                 .format("noop_arrow").option("measures", m).mode("append")
-                                 .save(), lambda u: None)
-    # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
-    comps[DURABLE] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
-        durable_sink.NAME).mode("append").options(path=u, **prefixed).save(),
-        lambda u: durable_sink.committed_rows(u, storage))
+    def memwal_rows(uri: str) -> int:
+        return h.committed_rows(uri, storage)
+
+    comps = {MEMWAL: competitor(sink("memwal"), memwal_rows),
+             UNKEPT: competitor(sink("memwal", keep_writers="false"), memwal_rows),
+             LANCE: competitor(lance_append, lance_rows),
+             LANCE_SYNC: competitor(lambda u: lance_append(u, True), lance_rows),
+             NOOP: competitor(sink("noop_arrow"), lambda u: None),
+             NOOP_PLAIN: competitor(sink("noop_arrow", measures="false"), lambda u: None),
+             # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
+             DURABLE: competitor(sink(durable_sink.NAME),
+                                 lambda u: durable_sink.committed_rows(u, storage))}
+    comps = {k: v for k, v in comps.items() if k in (only or comps) and not (
+        storage and k == LANCE_SYNC)}
     where = "S3" if storage else "local disk"
     runs = h.alternate(ctx, comps, label=f"{where}: ")
-    traced = (f"s3://{BUCKET}/traced/t.lance" if storage else str(ctx.scratch("traced") / "t"))
-    return {"where": where, "competitors": h.stats(runs),
-            "rows_s": h.ratios(runs, MEMWAL, "rows_s", [k for k in comps if k != MEMWAL]),
-            "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE]),
-            "unkept": h.ratios(runs, UNKEPT, "rows_s", [LANCE]),
-            "durable_vs_noop": h.ratios(runs, DURABLE, "rows_s", [NOOP]),
-            "measures": h.ratios(runs, NOOP, "rows_s", [NOOP_PLAIN]),
-            "io_per_append": h.io_per_append(traced, storage),
-            "io_per_append_unkept": h.io_per_append(traced + "-unkept", storage,
-                                                    keep_writers="false")}
+    out = {"where": where, "competitors": h.stats(runs),
+           "rows_s": h.ratios(runs, MEMWAL, "rows_s", [k for k in comps if k != MEMWAL]),
+           "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE])}
+    if only is None:
+        traced = (f"s3://{BUCKET}/traced/t.lance" if storage else str(ctx.scratch("traced") / "t"))
+        out.update(unkept=h.ratios(runs, UNKEPT, "rows_s", [LANCE]),
+                   durable_vs_noop=h.ratios(runs, DURABLE, "rows_s", [NOOP]),
+                   measures=h.ratios(runs, NOOP, "rows_s", [NOOP_PLAIN]),
+                   io_per_append=h.io_per_append(traced, storage),
+                   io_per_append_unkept=h.io_per_append(traced + "-unkept", storage,
+                                                        keep_writers="false"))
+    return out, runs
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     n = ctx.pick(5, 50, 200)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
-        spark = h.spark_session(ctx, durable_sink.DurableSource,
-                                master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
-                                **{"spark.scheduler.mode": "FAIR", **conf})
-        try:
+        with h.spark_session(ctx, durable_sink.DurableSource,
+                             master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
+                             **{"spark.scheduler.mode": "FAIR", **conf}) as spark:
             # The JVM is one for the whole run (PySpark keeps its gateway across
             # sessions): the first case warms its JIT up with two rounds' appends, or its
             # first timed repeats pay the warm-up (JVM CPU per append 60-97 ms in repeat
             # 1, 37-43 by repeat 3), worst for whoever runs first there.
-            here = [_case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
+            here = [case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
             with h.s3_bucket(ctx, BUCKET) as (server, skipped):
-                here += [_case(ctx, spark, n, server.storage_options())] if server else []
-        finally:
-            spark.stop()
-        for c in here:
+                here += [case(ctx, spark, n, server.storage_options())] if server else []
+        for c, _runs in here:
             c["where"] = f"{c['where']}, {socket}"
-        cases += here
+            cases.append(c)
     rows, targets, panels = [], [], []
     for c in cases:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]

@@ -100,16 +100,13 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     batches = ctx.pick(5, 40, 60)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
-        spark = h.spark_session(ctx, durable_sink.DurableSource, **conf)
-        try:
+        with h.spark_session(ctx, durable_sink.DurableSource, **conf) as spark:
             # PySpark keeps one JVM for the whole run: the run's first case warms its JIT
             # up with a repeat's worth of batches per competitor (with 2, memwal, first in
             # repeat 1, ran at p50 67 ms there and 30 ms in repeats 2 and 3).
             first = "1 second" if not cases else None
             cases += [_case(ctx, spark, t, batches, socket, warm=batches if t == first else 2)
                       for t in ("1 second", "500 milliseconds")]
-        finally:
-            spark.stop()
     rows, targets, panels = [], [], []
     for c in cases:
         t = c["trigger"]

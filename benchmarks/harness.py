@@ -115,15 +115,11 @@ def create_table(uri: str, storage: dict[str, str] | None = None) -> None:
     create(uri, arrow_rows(0, 1).schema, primary_key=["id"], storage_options=storage)
 
 
-def count_objects(uri: str, storage: dict[str, str] | None = None) -> int:
-    """Objects (files, keys) under a table."""
-    return sum(1 for _ in open_store(uri, storage or {}).list(""))
-
-
-def stored_bytes(uri: str, storage: dict[str, str] | None = None) -> int:
-    """Bytes of every object under a table (one HEAD per object on an object store)."""
+def stored(uri: str, storage: dict[str, str] | None = None) -> tuple[int, int]:
+    """Objects (files, keys) under a table, and their bytes (a HEAD each on an object store)."""
     store = open_store(uri, storage or {})
-    return sum(store.head(key) or 0 for key in store.list(""))
+    sizes = [store.head(key) or 0 for key in store.list("")]
+    return len(sizes), sum(sizes)
 
 
 def fsync_tree(root: str | Path) -> None:
@@ -145,21 +141,17 @@ def s3_bucket(ctx: Ctx, bucket: str) -> Iterator[tuple[Any, str | None]]:
     """``(server, None)`` with ``bucket`` created on a local SeaweedFS, or ``(None, why)``."""
     from tests.s3_server import start_s3_server
 
+    server = None
     try:
         server = start_s3_server(ctx.scratch(f"s3-{bucket}"))
-    except Exception as exc:  # noqa: BLE001 - the scenario reports the skip
-        yield None, f"no S3 server: {exc}"
-        return
-    try:
         server.create_bucket(bucket)
-    except Exception as exc:  # noqa: BLE001 - reported; a started server never outlives us
-        server.stop()
-        yield None, f"S3 server could not create bucket {bucket!r}: {exc}"
-        return
-    try:
+    except Exception as exc:  # noqa: BLE001 - the scenario reports the skip
+        yield None, f"no S3 server, or no bucket {bucket!r}: {exc}"
+    else:
         yield server, None
     finally:
-        server.stop()
+        if server is not None:  # a started server never outlives us
+            server.stop()
 
 
 class IoTrace:
@@ -464,12 +456,6 @@ class NoopSource(sds.DataSource):
         return NoopStreamWriter()
 
 
-SHOWN_CONF = ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
-              "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
-              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled",
-              "spark.python.unix.domain.socket.enabled")
-
-
 # Spark's Python workers talk to the JVM over TCP by default: a task's last small write
 # can wait for a delayed ACK (Nagle's algorithm on the JVM side), ~40 ms, in some batches of
 # every Python source and sink. Unix domain sockets (a Spark setting) have no such wait.
@@ -478,10 +464,11 @@ WORKER_SOCKETS = {"tcp (Spark's default)": {},
                   "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
 
 
+@contextlib.contextmanager
 def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     """A ``master`` SparkSession (UI off, workers on this interpreter) with ``memwal``,
-    ``noop_arrow`` and ``sources`` registered; its settings go to the log and the JSON
-    (the same for every competitor of the scenario)."""
+    ``noop_arrow`` and ``sources`` registered, stopped on exit; its settings go to the
+    log and the JSON (the same for every competitor of the scenario)."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in path:  # workers import benchmarks.harness for noop_arrow
@@ -496,14 +483,20 @@ def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     for s in (MemWalDataSource, NoopSource, *sources):
         spark.dataSource.register(s)
     shown = {"spark": spark.version}
-    for k in SHOWN_CONF:
-        try:
+    for k in ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
+              "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
+              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled",
+              "spark.python.unix.domain.socket.enabled"):
+        try:  # its value or built-in default (get(k, default) would hide the latter)
             shown[k] = spark.conf.get(k)
         except Exception:  # noqa: BLE001 - a setting with no default, not set
             shown[k] = "(unset)"
     ctx.extra.setdefault("spark_settings", []).append(shown)
     ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
-    return spark
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def frame(spark, start: int, rows: int, parts: int = 1):
