@@ -1,4 +1,4 @@
-"""Issue 25: 16 processes appending to one table without Spark, memwal vs Lance.
+"""16 processes appending to one table without Spark, memwal vs Lance.
 
 Each worker process (started once: imports untimed) runs, per round, what a Spark
 append runs in-process (:func:`harness.inproc_append`: ``writer(schema, False)``,

@@ -1,4 +1,4 @@
-"""Issues 21/25: ``addBatch`` latency of the memwal stream sink at 1 s and 0.5 s triggers.
+"""``addBatch`` latency of the memwal stream sink at 1 s and 0.5 s triggers.
 
 A ``rate-micro-batch`` source (5,000 rows/s) feeds, one query at a time, the memwal
 sink, ``foreachBatch`` + ``lance.write_dataset(append)``, a no-op Python stream sink

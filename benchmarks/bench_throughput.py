@@ -3,7 +3,7 @@
 Ours (``open_shard_writer``, durable at ``close()``) vs the same encoded entries written
 at the WAL keys with ``O_EXCL`` by (a) parallel fsyncs, (b) ``O_DSYNC``, (c) one
 write+fsync per file, each then fsyncing the directory; and ``mem_wal_writer`` (no fsync
-on local disk, builds a MemTable: no goal). Replaces ``writer_ceiling``.
+on local disk, builds a MemTable: no goal).
 """
 
 from __future__ import annotations
