@@ -32,11 +32,11 @@ def _writes(ctx: h.Ctx, df, rows: int, modes: dict[str, str], rss: bool) -> dict
         def run(r: int) -> dict[str, Any]:
             path = str(ctx.scratch("pk") / "t.lance")
             write = prepare(path)  # untimed: partition_for_table creates the table
-            with h.RssSampler() as s:
+            with h.rss_peak() as peak:
                 t = time.perf_counter()
                 write.save(path)
                 secs = time.perf_counter() - t
-            out = {"rows_s": rows / secs, **({"peak_rss_mb": s.peak / h.MB} if rss else {})}
+            out = {"rows_s": rows / secs, **({"peak_rss_mb": peak["peak"] / h.MB} if rss else {})}
             if committed:
                 ranges = CommitLog(open_store(path)).visible()
                 assert sum(x.rows for x in ranges) == rows

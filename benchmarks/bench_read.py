@@ -102,8 +102,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             "competitors": comp, "ratios": rt,
             "panels": [h.panel("spark.read rows/s", comp, "rows_s", "rows/s")],
             "table": {"columns": ["competitor", "rows/s", "memwal / it"],
-                      "rows": [[*r, h.cell(rt[r[0]], "{:.2f}") if r[0] in rt else "1"]
-                               for r in h.rows(comp, [("rows_s", "{:,.0f}")])]},
+                      "rows": h.rows(comp, [("rows_s", "{:,.0f}")], vs=rt)},
             "targets": [h.target("spark.read memwal / in-memory Python source rows/s",
                                  rt[CEILING], 0.9),
                         h.target("spark.read memwal / spark.read parquet rows/s", rt[PARQUET]),

@@ -111,8 +111,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     n = ctx.pick(5, 50, 200)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
-        with h.spark_session(ctx, durable_sink.DurableSource,
-                             master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
+        with h.spark_session(ctx, master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
                              **{"spark.scheduler.mode": "FAIR", **conf}) as spark:
             # The JVM is one for the whole run (PySpark keeps its gateway across
             # sessions): the first case warms its JIT up with two rounds' appends, or its
@@ -127,16 +126,15 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     rows, targets, panels = [], [], []
     for c in cases:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]
-        rows += [[*r, h.cell(rt[r[1]], "{:.2f}") if r[1] in rt else "1"] for r in h.rows(
-            comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                   ("cpu_s_per_append jvm", "{:.3f}"), ("cpu_s_per_append other", "{:.3f}"),
-                   ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")], w)]
+        rows += h.rows(comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
+                              ("cpu_s_per_append jvm", "{:.3f}"),
+                              ("cpu_s_per_append other", "{:.3f}"),
+                              ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")],
+                       w, vs=rt)
         targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
                              at_most=True),
                     h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
-                    h.target(f"{w}: memwal / durable Python sink rows/s (two durable objects "
-                             "per append, nothing else)", rt[DURABLE]),
                     h.target(f"{w}: durable Python sink / no-op Python sink rows/s (what "
                              "durability costs any sink)", c["durable_vs_noop"][NOOP]),
                     h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
@@ -151,8 +149,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                       for mode, io in (("defaults", "io_per_append"),
                                        ("keep_writers=false", "io_per_append_unkept")))]
         if LANCE_SYNC in rt:
-            targets.append(h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC],
-                                    1.0))
+            targets.append(h.target(f"{w}: memwal / durable Lance append rows/s",
+                                    rt[LANCE_SYNC], 1.0))
         panels += [h.panel(f"{w}: rows/s", comp, "rows_s", "rows/s"),
                    h.panel(f"{w}: p99 per append", comp, "p99_ms", "ms")]
     return {"title": f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: "

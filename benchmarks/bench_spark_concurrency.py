@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import durable_sink
 from . import harness as h
 from .bench_small_writes import DURABLE, LANCE, MEMWAL, NOOP, case
 
@@ -26,8 +25,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     # 10 appends per job: with 5 (80 appends a round, ~3 s) a round ended before the
     # competitors' tails showed (the Lance append's commit retries: 1-4 s, a few a round).
     n = ctx.pick(1, 10, 20)
-    with h.spark_session(ctx, durable_sink.DurableSource,
-                         **{"spark.scheduler.mode": "FAIR"}) as spark:
+    with h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR"}) as spark:
         # Two rounds' appends of every competitor untimed first: run first in a fresh JVM,
         # the job paths' JIT warm-up otherwise lands in the timed rounds (JVM CPU per
         # append 0.07-0.10 s in the first rounds, 0.05 s later).

@@ -104,8 +104,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     for c in cases:
         c["label"] = label = f"{c['batch_rows']:,}-row batches, {c['entry_bytes'] // h.KiB:,} KiB"
         rt = c["ratios"]
-        rows += [[*r, h.cell(rt[r[1]], "{:.2f}")]
-                 for r in h.rows(c["competitors"], [("mb_s", "{:.0f}")], label)]
+        rows += h.rows(c["competitors"], [("mb_s", "{:.0f}")], label, vs=rt)
         targets += [h.target(f"{label}: ours / raw serial fsync loop MB/s", rt[RAW["serial"]], 0.9),
                     h.target(f"{label}: ours / fastest raw loop ({c['fastest_raw'][:7]}) MB/s",
                              rt[c["fastest_raw"]], 0.9),

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .harness import RESULTS_DIR, Ctx, Load, load_line, machine_info, machine_line, write_outputs
+from .harness import RESULTS_DIR, Ctx, load, load_line, machine_info, machine_line, write_outputs
 
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
 SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "table_plan", "small_writes",
@@ -82,14 +82,14 @@ def write_summary(results_dir: Path) -> Path:
 def run_one(name: str, ctx: Ctx) -> dict[str, Any]:
     """One scenario, its failure or its result, with the load while it ran."""
     t0 = time.perf_counter()
-    with Load() as load:
+    with load() as measured:
         try:
             module = importlib.import_module(f"benchmarks.bench_{name}")
             result = {**module.run(ctx), "about": module.__doc__}
         except Exception:  # noqa: BLE001 - one failure must not hide the others
             result = {"error": traceback.format_exc()}
             print(result["error"], file=sys.stderr)
-    return {**result, "name": name, "load": load.result, "machine": ctx.machine,
+    return {**result, "name": name, "load": measured, "machine": ctx.machine,
             "scale": ctx.scale, "repeats": ctx.repeats, "duration_s": time.perf_counter() - t0,
             "spark_settings": ctx.extra.get("spark_settings"),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
