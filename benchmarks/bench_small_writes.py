@@ -1,16 +1,14 @@
 """4 concurrent Spark writers x N appends x 5,000 rows, one job each.
 
-memwal (defaults: kept writers; and with ``keep_writers=false``) vs the plain Lance append a user
-writes (``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also
-made durable by fsyncing what it wrote) vs a no-op Python sink, with and without
-memwal's worker measures (the heap freeze; the 40 ms delayed-ACK wait taken off the TCP
-socket to the JVM), vs the durable Python sink of ``durable_sink``, on local disk and S3
-(SeaweedFS), over Spark's TCP sockets and over Unix domain sockets. rows/s, p50/p99 per
-append, CPU per append of the driver JVM (its JIT compiles each small job anew) and of
-the local S3 server, net objects and kilobytes per append (memwal compresses its WAL
-entries on S3 by default, Lance encodes its data files; the data is
-:func:`harness.arrow_rows`, sequential ids and a repeated suffix), and the store calls
-and fsyncs of the same append run in-process (:func:`harness.io_per_append`).
+memwal (defaults: kept writers; and ``keep_writers=false``) vs the plain Lance append
+(``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also made
+durable by fsyncing what it wrote) vs the no-op Python sink, with and without memwal's
+worker measures, vs the durable Python sink (``durable_sink``); local disk and S3
+(SeaweedFS), over Spark's TCP and over Unix domain sockets. rows/s, p50/p99 per append,
+CPU per append of the driver JVM (its JIT compiles each small job anew) and of the S3
+server, net objects and KB per append (memwal compresses WAL entries on S3 by default,
+Lance encodes its data files), and the store calls and fsyncs of the same append run
+in-process (:func:`harness.io_per_append`).
 """
 
 from __future__ import annotations
@@ -127,30 +125,28 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     for c in cases:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]
         rows += h.rows(comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                              ("cpu_s_per_append jvm", "{:.3f}"),
-                              ("cpu_s_per_append other", "{:.3f}"),
+                              *((f"cpu_s_per_append {k}", "{:.3f}") for k in ("jvm", "other")),
                               ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")],
                        w, vs=rt)
+        io = {m: ", ".join(f"{k} {v:.1f}" for k, v in c[key]["per_append"].items())
+              for m, key in (("defaults", "io_per_append"), ("unkept", "io_per_append_unkept"))}
         targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
                              at_most=True),
                     h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
-                    h.target(f"{w}: durable Python sink / no-op Python sink rows/s (what "
-                             "durability costs any sink)", c["durable_vs_noop"][NOOP]),
+                    *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC],
+                                1.0)] if LANCE_SYNC in rt else []),
+                    h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs "
+                             "any sink)", c["durable_vs_noop"][NOOP]),
                     h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
                              "rows/s", c["measures"][NOOP_PLAIN]),
                     h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
                              c["unkept"][LANCE]),
                     h.target(f"{w}: memwal objects written per append",
                              comp[MEMWAL]["objects_per_append"], 3, at_most=True),
-                    *({"what": f"{w}: store calls and fsyncs per in-process append, {mode} "
-                               "(reported)", "met": None, "value": ", ".join(
-                                   f"{k} {v:.1f}" for k, v in c[io]["per_append"].items())}
-                      for mode, io in (("defaults", "io_per_append"),
-                                       ("keep_writers=false", "io_per_append_unkept")))]
-        if LANCE_SYNC in rt:
-            targets.append(h.target(f"{w}: memwal / durable Lance append rows/s",
-                                    rt[LANCE_SYNC], 1.0))
+                    {"what": f"{w}: store calls and fsyncs per in-process append (reported)",
+                     "met": None, "value": f"defaults: {io['defaults']}; keep_writers=false: "
+                                           f"{io['unkept']}"}]
         panels += [h.panel(f"{w}: rows/s", comp, "rows_s", "rows/s"),
                    h.panel(f"{w}: p99 per append", comp, "p99_ms", "ms")]
     return {"title": f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: "

@@ -60,27 +60,20 @@ def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
                                 storage_options=storage)
 
         comps = {MEMWAL: memwal, LANCE: lance_append, UNKEPT: unkept}
-
-        def rounds(r: int) -> dict[str, dict[str, Any]]:
-            samples: dict[str, list[dict[str, float]]] = {k: [] for k in comps}
-            order = list(comps)[r % len(comps):] + list(comps)[:r % len(comps)]
-            for i in range(n):
-                for name in order:
-                    samples[name].append(_append(proxy, lambda f=comps[name], i=i: f(
-                        (2 + r * n + i) * ROWS)))
-            return {name: {"p50_ms": h.pct([s["ms"] for s in ss], 50),
-                           "p99_ms": h.pct([s["ms"] for s in ss], 99),
-                           "requests_per_append": sum(s["requests"] for s in ss) / n,
-                           "round_trips_per_append": sum(s["round_trips"] for s in ss) / n}
-                    for name, ss in samples.items()}
-
         for fn in comps.values():  # the table and a warm writer, untimed
             fn(0)
             fn(ROWS)
         runs: dict[str, list[dict[str, Any]]] = {k: [] for k in comps}
-        for r in range(ctx.repeats):
-            for name, res in rounds(r).items():
-                runs[name].append(res)
+        for r in range(ctx.repeats):  # alternated append by append, the order rotated by r
+            order, samples = list(comps)[r % 3:] + list(comps)[:r % 3], {k: [] for k in comps}
+            for i in range(n):
+                for name, start in ((k, (2 + r * n + i) * ROWS) for k in order):
+                    samples[name].append(_append(proxy, lambda f=comps[name], s=start: f(s)))
+            for name, ss in samples.items():
+                runs[name].append({"p50_ms": h.pct([s["ms"] for s in ss], 50),
+                                   "p99_ms": h.pct([s["ms"] for s in ss], 99),
+                                   **{f"{k}_per_append": sum(s[k] for s in ss) / n
+                                      for k in ("requests", "round_trips")}})
         for name in (MEMWAL, UNKEPT):
             assert h.committed_rows(uris[name], storage) == (2 + ctx.repeats * n) * ROWS
         ctx.log(f"  delay {delay_ms} ms: " + ", ".join(
