@@ -1,14 +1,12 @@
 """Compacting 200k upserts into a large base vs a plain Lance ``merge_insert``.
 
-Bases of 1M, 10M, 30M rows (primary key ``id``); the upserts (half update the base's last
-keys, half insert) go into the WAL by 4 in-process appends (untimed), then
-``memwal_datasource.compact(uri)`` is timed, vs ``merge_insert("id")`` update-all /
-insert-all of the same rows (in memory) into a plain Lance table of the same size, both
-bases with a BTREE index on ``id`` (built untimed, once), and vs the same merge forced to
-scan the key column (``use_index(False)``): Lance's best join per base bounds how flat in
-base size a merge can be. And sustained: 32 appends of 200k upserts into 10M rows,
-compacted a round each (the key index's upkeep included) vs a ``merge_insert`` per append.
-A fresh copy of each base per repeat (data files hard linked).
+Bases of 1M, 10M, 30M rows (primary key ``id``, a BTREE on it, built untimed); the
+upserts (half update the base's last keys, half insert) go into the WAL by 4 in-process
+appends (untimed), then ``compact(uri)`` is timed, vs ``merge_insert("id")`` of the same
+rows (in memory) into a plain Lance table of the same size, the same merge forced to scan
+the key (``use_index(False)``: Lance's best join bounds how flat in base size a merge can
+be) and a plain append (the floor). Sustained: 32 appends of 200k upserts into 10M rows,
+compacted a round each vs a ``merge_insert`` each. A fresh copy of each base per repeat.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ def _base(uri: str, rows: int, memwal: bool) -> None:
               for b in h.arrow_rows(s, min(1_000_000, rows - s)).to_batches())
     reader = pa.RecordBatchReader.from_batches(h.arrow_rows(0, 1).schema, chunks)
     ds = lance.write_dataset(reader, uri, mode="append" if memwal else "create")
-    # Both bases carry a BTREE on the key, as a table compaction has maintained does
-    # (its first compaction builds it once: O(base), 1 s at 10M rows here), and as a
-    # user making merge_inserts would build it.
+    # A BTREE on the key, as compaction maintains it (its first builds it once: 1 s at
+    # 10M rows here) and as a user making merge_inserts would build it.
     ds.create_scalar_index("id", "BTREE")
 
 
@@ -54,13 +51,6 @@ def _copy(src: str, dst: str) -> str:
     shutil.copytree(src, dst, copy_function=lambda s, d: (
         os.link(s, d) if f"{os.sep}data{os.sep}" in s else shutil.copy2(s, d)))
     return dst
-
-
-def _split(summary, secs: float) -> dict[str, float]:
-    """A compaction's ``secs``: ``merge_s`` inside Lance's merge_insert (the one commit that
-    carries a round's mark), ``own_s`` the rest (WAL reads, the fold, round markers)."""
-    merge_s = sum(r.merge_seconds for r in summary.rounds)
-    return {"merge_s": merge_s, "own_s": secs - merge_s}
 
 
 def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any]:
@@ -90,7 +80,11 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
         summary = compact(uri, max_records_per_round=parts)
         secs = time.perf_counter() - t
         assert len(summary.rounds) == rounds and lance.dataset(uri).count_rows() == final
-        return {"rows_s": total / secs, "seconds": secs, **_split(summary, secs)}
+        # merge_s: inside Lance's merge_insert (the commit carrying a round's mark); own_s:
+        # the rest (WAL reads, the fold, round markers).
+        merge_s = sum(x.merge_seconds for x in summary.rounds)
+        return {"rows_s": total / secs, "seconds": secs, "merge_s": merge_s,
+                "own_s": secs - merge_s}
 
     def timed(body):
         def run(r: int) -> dict[str, Any]:
@@ -128,30 +122,26 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     cases = [_case(ctx, base, upserts)
              for base in ctx.pick((20_000, 100_000), (1_000_000, 10_000_000, 30_000_000))]
     sus = _case(ctx, ctx.pick(100_000, 10_000_000), upserts, ctx.pick(3, 32))
+    targets = [t for c in cases for b in [f"base {c['base_rows']:,}"] for t in (
+        h.target(f"{b}: compaction / merge_insert rows/s (compaction also reads and dedups the "
+                 "WAL)", c["ratio"], 1.0),
+        h.target(f"{b}: compaction / a plain append of the same rows (the floor: no key join)",
+                 c["floor_ratio"]),
+        h.target(f"{b}: compaction's time inside Lance's merge_insert (with the MemWAL mark) / "
+                 "the plain merge_insert's time (the ceiling of the goal above: its own work "
+                 "comes on top)", c["inside_merge"]))]
     return {"title": f"{upserts:,} upserts into a primary-key base: memwal compaction vs Lance "
                      "merge_insert",
             "config": {"upserts": upserts, "wal": "4 in-process appends, enable_memtable=false"},
             "cases": cases, "sustained": sus,
-            "panels": [*(h.panel(f"base {c['base_rows']:,} rows", c["competitors"], "rows_s",
-                                 "rows/s") for c in cases),
-                       h.panel(f"{sus['rounds']} appends into {sus['base_rows']:,} rows",
-                               sus["competitors"], "rows_s", "rows/s")],
+            "panels": [h.panel(f"{c['rounds']} x upserts into {c['base_rows']:,} rows",
+                               c["competitors"], "rows_s", "rows/s") for c in [*cases, sus]],
             "table": {"columns": ["base rows x batches", "competitor", "upserted rows/s", "s",
                                   "in merge_insert s", "compaction's own s"],
                       "rows": [r for c in [*cases, sus] for r in h.rows(c["competitors"], [
                           ("rows_s", "{:,.0f}"), ("seconds", "{:.3g}"), ("merge_s", "{:.3g}"),
                           ("own_s", "{:.3g}")], f"{c['base_rows']:,} x{c['rounds']}")]},
-            "targets": [*(h.target(f"base {c['base_rows']:,}: compaction / merge_insert rows/s "
-                                   "(compaction also reads and dedups the WAL)", c["ratio"], 1.0)
-                          for c in cases),
-                        *(h.target(f"base {c['base_rows']:,}: compaction / a plain append of the "
-                                   "same rows (the floor: no key join)", c["floor_ratio"])
-                          for c in cases),
-                        *(h.target(f"base {c['base_rows']:,}: compaction's time inside Lance's "
-                                   "merge_insert (with the MemWAL mark) / the plain "
-                                   "merge_insert's time (the ceiling of the goal above: its own "
-                                   "work comes on top)",
-                                   c["inside_merge"]) for c in cases),
+            "targets": [*targets,
                         _spread("compaction rows/s flat in base size: fastest / slowest base "
                                 "<= 2", cases, (MEMWAL,), 2.0),
                         _spread("Lance merge_insert's best join (BTREE or scan) per base: "
