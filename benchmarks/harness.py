@@ -447,11 +447,15 @@ def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
         spark.stop()
 
 
+def columns(n: str = "id") -> tuple[str, ...]:
+    """SQL for :func:`arrow_rows`' columns from a long column ``n``."""
+    return (f"{n} as id", f"concat(cast({n} as string), '{SUFFIX}') as payload",
+            f"cast({n} as double) * 0.001 as score")
+
+
 def frame(spark, start: int, rows: int, parts: int = 1):
     """The Spark twin of :func:`arrow_rows`."""
-    return spark.range(start, start + rows, numPartitions=parts).selectExpr(
-        "id", f"concat(cast(id as string), '{SUFFIX}') as payload",
-        "cast(id as double) * 0.001 as score")
+    return spark.range(start, start + rows, numPartitions=parts).selectExpr(*columns())
 
 
 def concurrent_appends(spark, writers: int, n: int, rows: int,
