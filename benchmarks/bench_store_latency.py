@@ -1,17 +1,13 @@
 """One writer's small appends on an object store whose every request takes a round trip.
 
-On the local S3 server a request costs well under a millisecond, so the other
-benchmarks see CPU, not round trips. A cloud object store answers in 10-30 ms,
-and then an append's latency is its round trips. Here every request goes through
-``tests/fault_proxy.py`` with a fixed delay (0, 10 and 25 ms), one sequential
-writer appends 5,000 rows at a time in-process (no Spark: the code a Spark append
-runs, :func:`harness.inproc_append`, with default options: after the first, each
-append continues its kept writer) vs the plain Lance append of the same rows
-(``lance.write_dataset(..., mode="append")``) vs memwal with ``keep_writers=false``
-(every append claims its shard anew, as a worker's first append does), alternated
-append by append. Reported: p50/p99 per append, requests and sequential round
-trips per append (requests in flight together count once), and the ratios of the
-p50s per delay. The same proxy carries every competitor.
+A cloud object store answers in 10-30 ms (the local S3 server in well under one), and
+then an append's latency is its round trips. Every request goes through
+``tests/fault_proxy.py`` with a fixed delay (0, 10 and 25 ms); one writer appends 5,000
+rows at a time in-process (:func:`harness.inproc_append`, defaults: each append continues
+its kept writer) vs the plain Lance append vs memwal with ``keep_writers=false`` (every
+append claims its shard anew, as a worker's first does), alternated append by append.
+p50/p99 per append, requests and sequential round trips per append (requests in flight
+together count once).
 """
 
 from __future__ import annotations
