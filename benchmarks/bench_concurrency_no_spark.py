@@ -1,4 +1,4 @@
-"""Issue 25: 16 processes appending to one table without Spark, memwal vs Lance.
+"""16 processes appending to one table without Spark, memwal vs Lance.
 
 Each worker process (started once: imports untimed) runs, per round, what a Spark
 append runs in-process (:func:`harness.inproc_append`: ``writer(schema, False)``,
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import traceback
 from typing import Any
 
 from . import harness as h
@@ -21,70 +20,50 @@ PROCS, ROWS = 16, 5_000
 MEMWAL, LANCE = "memwal (in-process Spark append path)", "Lance append (write_dataset)"
 
 
-def _worker(conn, go) -> None:
-    """Runs in a worker process: one round per command, until ``None``."""
+def _appends(kind: str, uri: str, n: int, first: int, barrier) -> dict[str, Any]:
+    """In a pool process (its imports untimed): ``n`` appends once every process is ready."""
     import lance
 
     import memwal_datasource.log.commit as commit
 
-    while (cmd := conn.recv()) is not None:
-        kind, uri, n, first = cmd
-        try:
-            tables = [h.arrow_rows(first + i * ROWS, ROWS) for i in range(n)]
-            lost0, lat = getattr(commit, "LOST_RACES", None), []
-            conn.send("ready")
-            go.wait()
-            start, cpu = time.monotonic(), time.process_time()
-            for t in tables:
-                t0 = time.perf_counter()
-                h.inproc_append(uri, t) if kind == MEMWAL else lance.write_dataset(
-                    t, uri, mode="append")
-                lat.append((time.perf_counter() - t0) * 1e3)
-            lost1 = getattr(commit, "LOST_RACES", None)
-            conn.send({"start": start, "end": time.monotonic(), "lat": lat,
-                       "cpu": time.process_time() - cpu,
-                       "lost": None if None in (lost0, lost1) else lost1 - lost0})
-        except BaseException:  # noqa: BLE001 - reported to the parent
-            conn.send({"error": traceback.format_exc()})
-
-
-def _round(ctx: h.Ctx, pipes, go, kind: str, n: int) -> dict[str, Any]:
-    """A fresh table (created untimed), then every process's ``n`` appends at once."""
-    import lance
-
-    uri = str(ctx.scratch("conc") / "t.lance")
-    h.inproc_append(uri, h.arrow_rows(0, ROWS)) if kind == MEMWAL else lance.write_dataset(
-        h.arrow_rows(0, ROWS), uri)
-    go.clear()
-    for i, parent in enumerate(pipes):
-        parent.send((kind, uri, n, (1 + i * n) * ROWS))
-    ready = [parent.recv() for parent in pipes]
-    go.set()
-    res = [parent.recv() for parent in pipes]
-    if errors := [x["error"] for x in ready + res if isinstance(x, dict) and "error" in x]:
-        raise RuntimeError(errors[0])
-    lat, lost = [v for x in res for v in x["lat"]], [x["lost"] for x in res]
-    out = {"appends_s": PROCS * n / (max(x["end"] for x in res) - min(x["start"] for x in res)),
-           "p50_ms": h.pct(lat, 50), "p99_ms": h.pct(lat, 99),
-           "cpu_s_per_append": sum(x["cpu"] for x in res) / (PROCS * n)}
-    if kind == MEMWAL and None not in lost:
-        out["lost_races_per_append"] = sum(lost) / (PROCS * n)
-    return out
+    tables = [h.arrow_rows(first + i * ROWS, ROWS) for i in range(n)]
+    lost0, lat = getattr(commit, "LOST_RACES", None), []
+    barrier.wait()
+    start, cpu = time.monotonic(), time.process_time()
+    for t in tables:
+        t0 = time.perf_counter()
+        h.inproc_append(uri, t) if kind == MEMWAL else lance.write_dataset(t, uri, mode="append")
+        lat.append((time.perf_counter() - t0) * 1e3)
+    lost1 = getattr(commit, "LOST_RACES", None)
+    return {"start": start, "end": time.monotonic(), "lat": lat, "cpu": time.process_time() - cpu,
+            "lost": None if None in (lost0, lost1) else lost1 - lost0}
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
+    import lance
+
     n, mp = ctx.pick(2, 10, 20), multiprocessing.get_context("spawn")
-    go, pipes = mp.Event(), [mp.Pipe() for _ in range(PROCS)]
-    procs = [mp.Process(target=_worker, args=(child, go), daemon=True) for _p, child in pipes]
-    for p in procs:
-        p.start()
-    try:
-        runs = h.alternate(ctx, {k: lambda r, k=k: _round(ctx, [p for p, _c in pipes], go, k, n)
-                                 for k in (MEMWAL, LANCE)})
-    finally:
-        for (parent, _c), p in zip(pipes, procs, strict=True):
-            parent.send(None)
-            p.join(timeout=30)
+
+    def one_round(kind: str) -> dict[str, Any]:
+        """A fresh table (created untimed), then every process's ``n`` appends at once (a
+        process blocked at the barrier takes no second task: one task each)."""
+        uri = str(ctx.scratch("conc") / "t.lance")
+        h.inproc_append(uri, h.arrow_rows(0, ROWS)) if kind == MEMWAL else lance.write_dataset(
+            h.arrow_rows(0, ROWS), uri)
+        res = pool.starmap(_appends, [(kind, uri, n, (1 + i * n) * ROWS, barrier)
+                                      for i in range(PROCS)], chunksize=1)
+        lat, lost = [v for x in res for v in x["lat"]], [x["lost"] for x in res]
+        out = {"appends_s": PROCS * n / (max(x["end"] for x in res)
+                                         - min(x["start"] for x in res)),
+               "p50_ms": h.pct(lat, 50), "p99_ms": h.pct(lat, 99),
+               "cpu_s_per_append": sum(x["cpu"] for x in res) / (PROCS * n)}
+        if kind == MEMWAL and None not in lost:
+            out["lost_races_per_append"] = sum(lost) / (PROCS * n)
+        return out
+
+    with mp.Manager() as manager, mp.Pool(PROCS) as pool:
+        barrier = manager.Barrier(PROCS, timeout=900)
+        runs = h.alternate(ctx, {k: lambda r, k=k: one_round(k) for k in (MEMWAL, LANCE)})
     comp, io = h.stats(runs), h.io_per_append(str(ctx.scratch("traced") / "t.lance"))
     rt = {k: h.ratios(runs, MEMWAL, k, [LANCE])[LANCE] for k in ("appends_s", "p99_ms")}
     lost = comp[MEMWAL].get("lost_races_per_append")

@@ -1,4 +1,4 @@
-"""Issue 25: from a fresh Python process to the first ``write()`` of a WAL-only task.
+"""From a fresh Python process to the first ``write()`` of a WAL-only task.
 
 A subprocess does what a Spark worker does for its first memwal task: unpickle the
 driver's writer (cloudpickle, as Spark ships it) and ``write()`` 5,000 rows; against

@@ -1,14 +1,12 @@
-"""Issue 25: compacting 200k upserts into a large base vs a plain Lance ``merge_insert``.
+"""Compacting 200k upserts into a large base vs a plain Lance ``merge_insert``.
 
-Bases of 1M, 10M, 30M rows (primary key ``id``); the upserts (half update the base's last
-keys, half insert) go into the WAL by 4 in-process appends (untimed), then
-``memwal_datasource.compact(uri)`` is timed, vs ``merge_insert("id")`` update-all /
-insert-all of the same rows (in memory) into a plain Lance table of the same size, both
-bases with a BTREE index on ``id`` (built untimed, once), and vs the same merge forced to
-scan the key column (``use_index(False)``): Lance's best join per base bounds how flat in
-base size a merge can be. And sustained: 32 appends of 200k upserts into 10M rows,
-compacted a round each (the key index's upkeep included) vs a ``merge_insert`` per append.
-A fresh copy of each base per repeat (data files hard linked). Replaces ``compaction``.
+Bases of 1M, 10M, 30M rows (primary key ``id``, a BTREE on it, built untimed); the
+upserts (half update the base's last keys, half insert) go into the WAL by 4 in-process
+appends (untimed), then ``compact(uri)`` is timed, vs ``merge_insert("id")`` of the same
+rows (in memory) into a plain Lance table of the same size, the same merge forced to scan
+the key (``use_index(False)``: Lance's best join bounds how flat in base size a merge can
+be) and a plain append (the floor). Sustained: 32 appends of 200k upserts into 10M rows,
+compacted a round each vs a ``merge_insert`` each. A fresh copy of each base per repeat.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ def _base(uri: str, rows: int, memwal: bool) -> None:
               for b in h.arrow_rows(s, min(1_000_000, rows - s)).to_batches())
     reader = pa.RecordBatchReader.from_batches(h.arrow_rows(0, 1).schema, chunks)
     ds = lance.write_dataset(reader, uri, mode="append" if memwal else "create")
-    # Both bases carry a BTREE on the key, as a table compaction has maintained does
-    # (its first compaction builds it once: O(base), 1 s at 10M rows here), and as a
-    # user making merge_inserts would build it.
+    # A BTREE on the key, as compaction maintains it (its first builds it once: 1 s at
+    # 10M rows here) and as a user making merge_inserts would build it.
     ds.create_scalar_index("id", "BTREE")
 
 
@@ -56,14 +53,11 @@ def _copy(src: str, dst: str) -> str:
     return dst
 
 
-def _split(summary, secs: float) -> dict[str, float]:
-    """A compaction's ``secs``: ``merge_s`` inside Lance's merge_insert (the one commit that
-    carries a round's mark), ``own_s`` the rest (WAL reads, the fold, round markers)."""
-    merge_s = sum(r.merge_seconds for r in summary.rounds)
-    return {"merge_s": merge_s, "own_s": secs - merge_s}
-
-
-def _case(ctx: h.Ctx, base: int, upserts: int) -> dict[str, Any]:
+def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any]:
+    """``rounds`` batches of ``upserts`` (each half updating the last one's inserts) into
+    one base: compaction (one batch: 4 appends, one round; more: an append and a round per
+    batch, the BTREE's upkeep included) vs a plain ``merge_insert`` per batch; with one
+    batch also the scan join and the floor."""
     import lance
 
     root = ctx.scratch(f"pkc{base}")
@@ -72,142 +66,97 @@ def _case(ctx: h.Ctx, base: int, upserts: int) -> dict[str, Any]:
     for name, src in srcs.items():
         _base(src, base, name == MEMWAL)
     ctx.log(f"  base of {base:,} rows built twice in {time.perf_counter() - t0:.0f} s")
-    rows = h.arrow_rows(base - upserts // 2, upserts)
+    batches = [h.arrow_rows(base - upserts // 2 + i * upserts // 2, upserts)
+               for i in range(rounds)]
+    parts, total, final = 4 if rounds == 1 else 1, upserts * rounds, base + rounds * upserts // 2
 
     def memwal(r: int) -> dict[str, Any]:
         uri = _copy(srcs[MEMWAL], str(root / "run.lance"))
-        for part in range(4):
-            h.inproc_append(uri, rows.slice(part * upserts // 4, upserts // 4),
-                            enable_memtable="false")
-        t = time.perf_counter()
-        summary = compact(uri)
-        secs = time.perf_counter() - t
-        assert lance.dataset(uri).count_rows() == base + upserts // 2
-        return {"rows_s": upserts / secs, "seconds": secs, **_split(summary, secs)}
-
-    def merge(r: int, index: bool = True) -> dict[str, Any]:
-        ds = lance.dataset(_copy(srcs[LANCE], str(root / "run.lance")))
-        t = time.perf_counter()
-        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all(
-            ).use_index(index).execute(rows)
-        secs = time.perf_counter() - t
-        assert lance.dataset(ds.uri).count_rows() == base + upserts // 2
-        return {"rows_s": upserts / secs, "seconds": secs}
-
-    def floor(r: int) -> dict[str, Any]:
-        uri = _copy(srcs[LANCE], str(root / "run.lance"))
-        t = time.perf_counter()
-        lance.write_dataset(rows, uri, mode="append")
-        secs = time.perf_counter() - t
-        return {"rows_s": upserts / secs, "seconds": secs}
-
-    runs = h.alternate(ctx, {MEMWAL: memwal, LANCE: merge,
-                             LANCE_SCAN: lambda r: merge(r, index=False), FLOOR: floor},
-                       warmup=0, label=f"B={base:,}: ")
-    shutil.rmtree(root, ignore_errors=True)
-    # The same repeat's plain merge_insert seconds beside compaction's time inside its own
-    # merge_insert: above 1, the merge compaction must call is itself the slower one.
-    inside = h.paired([x["merge_s"] for x in runs[MEMWAL]], [x["seconds"] for x in runs[LANCE]])
-    return {"base_rows": base, "competitors": h.stats(runs), "inside_merge": inside,
-            "ratio": h.ratios(runs, MEMWAL, "rows_s", [LANCE])[LANCE],
-            "floor_ratio": h.ratios(runs, MEMWAL, "rows_s", [FLOOR])[FLOOR]}
-
-
-SUSTAINED = "memwal compact(), a round per append"
-LANCE_EACH = "Lance merge_insert per append (Arrow in memory)"
-
-
-def _sustained(ctx: h.Ctx, base: int, upserts: int, rounds: int) -> dict[str, Any]:
-    """``rounds`` appends of ``upserts`` (each half updating the last one's inserts) into
-    one base: compaction of them all, a round each (its BTREE upkeep included), vs a plain
-    ``merge_insert`` per append into a Lance table (its index as Lance leaves it)."""
-    import lance
-
-    root = ctx.scratch("pkc-sustained")
-    srcs = {SUSTAINED: str(root / "memwal.lance"), LANCE_EACH: str(root / "lance.lance")}
-    for name, src in srcs.items():
-        _base(src, base, name == SUSTAINED)
-    batches = [h.arrow_rows(base - upserts // 2 + i * upserts // 2, upserts)
-               for i in range(rounds)]
-    total, final = upserts * rounds, base + rounds * upserts // 2
-
-    def memwal(r: int) -> dict[str, Any]:
-        uri = _copy(srcs[SUSTAINED], str(root / "run.lance"))
         for b in batches:
-            h.inproc_append(uri, b, enable_memtable="false")
+            for part in range(parts):
+                h.inproc_append(uri, b.slice(part * upserts // parts, upserts // parts),
+                                enable_memtable="false")
         t = time.perf_counter()
-        done = compact(uri, max_records_per_round=1)
+        summary = compact(uri, max_records_per_round=parts)
         secs = time.perf_counter() - t
-        assert len(done.rounds) == rounds and lance.dataset(uri).count_rows() == final
-        return {"rows_s": total / secs, "seconds": secs, **_split(done, secs)}
+        assert len(summary.rounds) == rounds and lance.dataset(uri).count_rows() == final
+        # merge_s: inside Lance's merge_insert (the commit carrying a round's mark); own_s:
+        # the rest (WAL reads, the fold, round markers).
+        merge_s = sum(x.merge_seconds for x in summary.rounds)
+        return {"rows_s": total / secs, "seconds": secs, "merge_s": merge_s,
+                "own_s": secs - merge_s}
 
-    def merge(r: int) -> dict[str, Any]:
-        ds = lance.dataset(_copy(srcs[LANCE_EACH], str(root / "run.lance")))
-        t = time.perf_counter()
+    def timed(body):
+        def run(r: int) -> dict[str, Any]:
+            uri = _copy(srcs[LANCE], str(root / "run.lance"))
+            t = time.perf_counter()
+            body(uri)
+            secs = time.perf_counter() - t
+            assert lance.dataset(uri).count_rows() >= final
+            return {"rows_s": total / secs, "seconds": secs}
+        return run
+
+    def merge(uri: str, index: bool = True) -> None:
+        ds = lance.dataset(uri)
         for b in batches:
             ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all(
-                ).execute(b)
-        secs = time.perf_counter() - t
-        assert lance.dataset(ds.uri).count_rows() == final
-        return {"rows_s": total / secs, "seconds": secs}
+                ).use_index(index).execute(b)
 
-    runs = h.alternate(ctx, {SUSTAINED: memwal, LANCE_EACH: merge}, warmup=0,
-                       label=f"{rounds} rounds into {base:,}: ")
+    comps = {MEMWAL: memwal, LANCE: timed(merge)}
+    if rounds == 1:
+        comps.update({LANCE_SCAN: timed(lambda u: merge(u, index=False)),
+                      FLOOR: timed(lambda u: lance.write_dataset(batches[0], u, mode="append"))})
+    runs = h.alternate(ctx, comps, warmup=0, label=f"{rounds} x {upserts:,} into {base:,}: ")
     shutil.rmtree(root, ignore_errors=True)
-    return {"base_rows": base, "rounds": rounds, "competitors": h.stats(runs),
-            "ratio": h.ratios(runs, SUSTAINED, "rows_s", [LANCE_EACH])[LANCE_EACH]}
+    out = {"base_rows": base, "rounds": rounds, "competitors": h.stats(runs),
+           "ratio": h.ratios(runs, MEMWAL, "rows_s", [LANCE])[LANCE]}
+    if rounds == 1:  # the same repeat's plain merge_insert beside compaction's own merge
+        out["inside_merge"] = h.paired([x["merge_s"] for x in runs[MEMWAL]],
+                                       [x["seconds"] for x in runs[LANCE]])
+        out["floor_ratio"] = h.ratios(runs, MEMWAL, "rows_s", [FLOOR])[FLOOR]
+    return out
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     upserts = ctx.pick(10_000, 200_000)
     cases = [_case(ctx, base, upserts)
              for base in ctx.pick((20_000, 100_000), (1_000_000, 10_000_000, 30_000_000))]
-    sus = _sustained(ctx, ctx.pick(100_000, 10_000_000), upserts, ctx.pick(3, 32))
+    sus = _case(ctx, ctx.pick(100_000, 10_000_000), upserts, ctx.pick(3, 32))
+    targets = [t for c in cases for b in [f"base {c['base_rows']:,}"] for t in (
+        h.target(f"{b}: compaction / merge_insert rows/s (compaction also reads and dedups the "
+                 "WAL)", c["ratio"], 1.0),
+        h.target(f"{b}: compaction / a plain append of the same rows (the floor: no key join)",
+                 c["floor_ratio"]),
+        h.target(f"{b}: compaction's time inside Lance's merge_insert (with the MemWAL mark) / "
+                 "the plain merge_insert's time (the ceiling of the goal above: its own work "
+                 "comes on top)", c["inside_merge"]))]
     return {"title": f"{upserts:,} upserts into a primary-key base: memwal compaction vs Lance "
                      "merge_insert",
             "config": {"upserts": upserts, "wal": "4 in-process appends, enable_memtable=false"},
             "cases": cases, "sustained": sus,
-            "panels": [*(h.panel(f"base {c['base_rows']:,} rows", c["competitors"], "rows_s",
-                                 "rows/s") for c in cases),
-                       h.panel(f"{sus['rounds']} appends into {sus['base_rows']:,} rows",
-                               sus["competitors"], "rows_s", "rows/s")],
-            "table": {"columns": ["base rows", "competitor", "upserted rows/s", "seconds",
+            "panels": [h.panel(f"{c['rounds']} x upserts into {c['base_rows']:,} rows",
+                               c["competitors"], "rows_s", "rows/s") for c in [*cases, sus]],
+            "table": {"columns": ["base rows x batches", "competitor", "upserted rows/s", "s",
                                   "in merge_insert s", "compaction's own s"],
                       "rows": [r for c in [*cases, sus] for r in h.rows(c["competitors"], [
                           ("rows_s", "{:,.0f}"), ("seconds", "{:.3g}"), ("merge_s", "{:.3g}"),
-                          ("own_s", "{:.3g}")], f"{c['base_rows']:,}")]},
-            "targets": [*(h.target(f"base {c['base_rows']:,}: compaction / merge_insert rows/s "
-                                   "(compaction also reads and dedups the WAL)", c["ratio"], 1.0)
-                          for c in cases),
-                        *(h.target(f"base {c['base_rows']:,}: compaction / a plain append of the "
-                                   "same rows (the floor: no key join)", c["floor_ratio"])
-                          for c in cases),
-                        *(h.target(f"base {c['base_rows']:,}: compaction's time inside Lance's "
-                                   "merge_insert (with the MemWAL mark) / the plain "
-                                   "merge_insert's time (the ceiling of the goal above: its own "
-                                   "work comes on top)",
-                                   c["inside_merge"]) for c in cases),
-                        _flatness(cases), _lance_flatness(cases),
+                          ("own_s", "{:.3g}")], f"{c['base_rows']:,} x{c['rounds']}")]},
+            "targets": [*targets,
+                        _spread("compaction rows/s flat in base size: fastest / slowest base "
+                                "<= 2", cases, (MEMWAL,), 2.0),
+                        _spread("Lance merge_insert's best join (BTREE or scan) per base: "
+                                "fastest / slowest base (the ceiling of the flatness goal; "
+                                "reported, no goal)", cases, (LANCE, LANCE_SCAN), None),
                         h.target(f"{sus['rounds']} appends of {upserts:,} upserts into "
                                  f"{sus['base_rows']:,} rows, compacted a round each / a "
                                  "merge_insert each rows/s", sus["ratio"])]}
 
 
-def _lance_flatness(cases: list[dict[str, Any]]) -> dict[str, Any]:
-    """The same spread for Lance's own best join per base (its BTREE or its scan, whichever
-    was faster there): how flat a merge of these upserts can be with Lance's joins."""
-    best = [max(c["competitors"][k]["rows_s"]["median"] for k in (LANCE, LANCE_SCAN))
-            for c in cases]
-    return {"what": "Lance merge_insert's best join (BTREE or scan) per base: fastest / "
-                    "slowest base (the ceiling of the flatness goal; reported, no goal)",
-            "met": None, "value": f"{max(best) / min(best):.2f} (medians "
-            + ", ".join(f"{m / 1e6:.2f}M" for m in best) + " rows/s)"}
-
-
-def _flatness(cases: list[dict[str, Any]]) -> dict[str, Any]:
-    """Flat in base size: the fastest base's compaction rows/s over the slowest's (<= 2)."""
-    med = [c["competitors"][MEMWAL]["rows_s"]["median"] for c in cases]
+def _spread(what: str, cases: list[dict[str, Any]], names: tuple[str, ...],
+            goal: float | None) -> dict[str, Any]:
+    """Fastest base / slowest base of the best of ``names``' median rows/s per base."""
+    med = [max(c["competitors"][k]["rows_s"]["median"] for k in names) for c in cases]
     spread = max(med) / min(med)
-    return {"what": "compaction rows/s flat in base size: fastest / slowest base <= 2",
-            "met": spread <= 2.0, "value": f"{spread:.2f} (medians "
-            + ", ".join(f"{m / 1e6:.2f}M" for m in med) + " rows/s)"}
+    return {"what": what, "met": None if goal is None else spread <= goal,
+            "value": f"{spread:.2f} (medians " + ", ".join(f"{m / 1e6:.2f}M" for m in med)
+            + " rows/s)"}

@@ -3,8 +3,10 @@
 One cached DataFrame (4 partitions, every bucket of the default ``bucket(id, 16)`` in
 every partition) written to a fresh primary-key table as it is (tasks take turns per
 shard and spill to local disk) and prepared with ``partition_for_table(num_partitions=4)``
-(its shuffle timed), in WAL-only and MemTable mode, alternated. Then the peak RSS of
-the Python workers of a WAL-only write (a fresh worker per task, in a second session).
+(its shuffle timed), in WAL-only and MemTable mode, alternated. Then, in a second session
+with a fresh worker per task, the peak RSS of the Python workers of the WAL-only writes,
+of a write with no primary key (Spark's defaults) and of the no-op Python sink. Goal: a
+memwal worker's peak <= 2 x max_wal_buffer_size (10 MiB) + 300 MB.
 """
 
 from __future__ import annotations
@@ -21,55 +23,72 @@ from . import harness as h
 NAME = "pk_write"
 MODES = {"WAL-only": "false", "MemTable": "true"}
 ANY, PREPARED = "any DataFrame (turns + spill)", "partition_for_table"
+NO_PK, NOOP = "no primary key (Spark defaults)", "no-op DataSourceArrowWriter"
+LIMIT_MB = round((2 * 10 * h.MiB + 300 * h.MB) / h.MB)  # 2 x max_wal_buffer_size + 300 MB
 
 
 def _writes(ctx: h.Ctx, df, rows: int, modes: dict[str, str], rss: bool) -> dict[str, Any]:
-    def write(mode: str, prepared: bool):
+    def timed(prepare, committed: bool = True):
         def run(r: int) -> dict[str, Any]:
             path = str(ctx.scratch("pk") / "t.lance")
-            opts = {"primary_key": "id", "enable_memtable": modes[mode]}
-            src = partition_for_table(df, path, create_options=opts, num_partitions=4)
-            w = (src if prepared else df).write.format("memwal").mode("append").options(**opts)
-            with h.RssSampler() as s:
+            write = prepare(path)  # untimed: partition_for_table creates the table
+            with h.rss_peak() as peak:
                 t = time.perf_counter()
-                w.save(path)
+                write.save(path)
                 secs = time.perf_counter() - t
-            ranges = CommitLog(open_store(path)).visible()
-            assert sum(x.rows for x in ranges) == rows
-            return {"rows_s": rows / secs, "ranges": len(ranges),
-                    **({"peak_rss_mb": s.peak / h.MB} if rss else {})}
+            out = {"rows_s": rows / secs, **({"peak_rss_mb": peak["peak"] / h.MB} if rss else {})}
+            if committed:
+                ranges = CommitLog(open_store(path)).visible()
+                assert sum(x.rows for x in ranges) == rows
+                out["ranges"] = len(ranges)
+            return out
         return run
 
-    return h.alternate(ctx, {f"{m}: {how}": write(m, how == PREPARED) for m in modes
-                           for how in (ANY, PREPARED)}, repeats=max(3, ctx.repeats))
+    def pk(mode: str, prepared: bool):
+        opts = {"primary_key": "id", "enable_memtable": modes[mode]}
+
+        def prepare(path: str):
+            src = partition_for_table(df, path, create_options=opts, num_partitions=4)
+            return (src if prepared else df).write.format("memwal").mode("append").options(**opts)
+        return prepare
+
+    comps = {f"{m}: {how}": timed(pk(m, how == PREPARED)) for m in modes for how in (ANY, PREPARED)}
+    if rss:  # the worker's peak with no key at all, and with a sink that keeps nothing
+        comps[NO_PK] = timed(lambda p: df.write.format("memwal").mode("append"))
+        comps[NOOP] = timed(lambda p: df.write.format("noop_arrow").mode("append"), False)
+    return h.alternate(ctx, comps, repeats=max(3, ctx.repeats))
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     rows = ctx.pick(200_000, 2_000_000, 4_000_000)
     for conf, modes, rss in (({}, MODES, False),
                              ({"spark.python.worker.reuse": "false"}, {"WAL-only": "false"}, True)):
-        spark = h.spark_session(ctx, **conf)
-        try:
+        with h.spark_session(ctx, **conf) as spark:
             df = h.frame(spark, 0, rows, parts=4).cache()
             assert df.count() == rows
             runs = _writes(ctx, df, rows, modes, rss)
-        finally:
-            spark.stop()
         if rss:
-            rss_comp = h.stats(runs)
+            rss_comp, rss_rt = h.stats(runs), h.ratios(runs, NO_PK, "peak_rss_mb", [NOOP])[NOOP]
         else:
             comp = h.stats(runs)
             rt = {m: h.paired([x["rows_s"] for x in runs[f"{m}: {PREPARED}"]],
                             [x["rows_s"] for x in runs[f"{m}: {ANY}"]]) for m in MODES}
     return {"title": f"Spark df.write of {rows:,} rows to a primary-key table: any DataFrame vs "
-                     "partition_for_table",
-            "config": {"rows": rows, "table": "fresh per repeat, primary key id, bucket(id, 16)"},
+                     "partition_for_table; the Python workers' peak RSS",
+            "config": {"rows": rows, "table": "fresh per repeat, primary key id, bucket(id, 16)",
+                       "rss": "a fresh worker per task (worker.reuse=false), sampled every 20 ms",
+                       "rss_limit_mb": LIMIT_MB},
             "competitors": comp, "rss": rss_comp, "ratios": rt,
             "panels": [h.panel("rows/s", comp, "rows_s", "rows/s"),
                        h.panel("peak worker RSS (WAL-only)", rss_comp, "peak_rss_mb", "MB")],
             "table": {"columns": ["write", "rows/s", "committed ranges", "peak worker RSS MB"],
-                      "rows": h.rows({n: {**s, **rss_comp.get(n, {})} for n, s in comp.items()},
+                      "rows": h.rows({**{n: {**s, **rss_comp.get(n, {})} for n, s in comp.items()},
+                                      **{n: {"peak_rss_mb": rss_comp[n]["peak_rss_mb"]}
+                                         for n in (NO_PK, NOOP)}},
                                      [("rows_s", "{:,.0f}"), ("ranges", "{:.0f}"),
                                       ("peak_rss_mb", "{:.0f}")])},
-            "targets": [h.target(f"{m}: partition_for_table / any DataFrame rows/s", r)
-                        for m, r in rt.items()]}
+            "targets": [*(h.target(f"{m}: partition_for_table / any DataFrame rows/s", r)
+                          for m, r in rt.items()),
+                        *(h.target(f"{n}: memwal worker peak RSS MB", rss_comp[n]["peak_rss_mb"],
+                                   LIMIT_MB, at_most=True) for n in rss_comp if n != NOOP),
+                        h.target("no primary key: memwal / no-op worker peak RSS", rss_rt)]}

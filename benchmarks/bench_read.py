@@ -75,8 +75,7 @@ def _loads(path: str) -> int:
 def run(ctx: h.Ctx) -> dict[str, Any]:
     rows, root = ctx.pick(200_000, 2_000_000, 4_000_000), ctx.scratch("read")
     table, pq = str(root / "t.lance"), str(root / "p")
-    spark = h.spark_session(ctx, MemorySource)
-    try:
+    with h.spark_session(ctx, MemorySource) as spark:
         df = h.frame(spark, 0, rows, parts=4)
         df.write.format("memwal").mode("append").save(table)
         df.write.parquet(pq)
@@ -96,17 +95,14 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         loads = _loads(table + ".loads")
         runs = h.alternate(ctx, comps, warmup=0)
         timed_loads, entries = _loads(table + ".loads") - loads, sum(map(len, _wal_files(table)))
-    finally:
-        spark.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
     comp, rt = h.stats(runs), h.ratios(runs, MEMWAL, "rows_s", [CEILING, PARQUET])
     return {"title": f"spark.read of {rows:,} WAL rows vs a Python source serving them from memory",
             "config": {"rows": rows, "wal_entries": entries, "consumed_by": "format('noop')"},
             "competitors": comp, "ratios": rt,
             "panels": [h.panel("spark.read rows/s", comp, "rows_s", "rows/s")],
             "table": {"columns": ["competitor", "rows/s", "memwal / it"],
-                      "rows": [[*r, h.cell(rt[r[0]], "{:.2f}") if r[0] in rt else "1"]
-                               for r in h.rows(comp, [("rows_s", "{:,.0f}")])]},
+                      "rows": h.rows(comp, [("rows_s", "{:,.0f}")], vs=rt)},
             "targets": [h.target("spark.read memwal / in-memory Python source rows/s",
                                  rt[CEILING], 0.9),
                         h.target("spark.read memwal / spark.read parquet rows/s", rt[PARQUET]),

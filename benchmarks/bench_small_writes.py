@@ -1,12 +1,14 @@
-"""Issues 21/25: 4 concurrent Spark writers x N appends x 5,000 rows, one job each.
+"""4 concurrent Spark writers x N appends x 5,000 rows, one job each.
 
-memwal (defaults: kept writers; and with ``keep_writers=false``) vs the plain Lance append a user
-writes (``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also
-made durable by fsyncing what it wrote) vs a no-op Python sink, on local disk and S3
-(SeaweedFS). rows/s, p50/p99 per append, net objects and kilobytes per append (memwal
-compresses its WAL entries on S3 by default, Lance encodes its data files; the data is
-:func:`harness.arrow_rows`, sequential ids and a repeated suffix), and the store calls
-and fsyncs of the same append run in-process (:func:`harness.io_per_append`).
+memwal (defaults: kept writers; and ``keep_writers=false``) vs the plain Lance append
+(``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also made
+durable by fsyncing what it wrote) vs the no-op Python sink, with and without memwal's
+worker measures, vs the durable Python sink (``durable_sink``); local disk and S3
+(SeaweedFS), over Spark's TCP and over Unix domain sockets. rows/s, p50/p99 per append,
+CPU per append of the driver JVM (its JIT compiles each small job anew) and of the S3
+server, net objects and KB per append (memwal compresses WAL entries on S3 by default,
+Lance encodes its data files), and the store calls and fsyncs of the same append run
+in-process (:func:`harness.io_per_append`).
 """
 
 from __future__ import annotations
@@ -23,21 +25,23 @@ WRITERS, ROWS, BUCKET = 4, 5_000, "memwal-small"
 MEMWAL, UNKEPT = "memwal (defaults)", "memwal (keep_writers=false)"
 LANCE, LANCE_SYNC = "Lance append (toArrow + write_dataset)", "durable Lance append (+ fsync)"
 NOOP = "no-op Python sink (ceiling)"
+NOOP_PLAIN = "no-op Python sink without memwal's worker measures"
 DURABLE = "durable Python sink (ceiling of a durable sink)"
 DIRS = ("data", "_versions", "_transactions", "")
 
 
-def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None,
-          warm: int = 2) -> dict[str, Any]:
-    """One store's competitors, alternated; each warms up with ``warm`` appends per writer."""
+def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 2,
+         writers: int = WRITERS, only: tuple[str, ...] | None = None) -> tuple[dict, dict]:
+    """One store's competitors (``only`` these), alternated: ``writers`` threads x ``n``
+    appends; each warms up with ``warm`` appends per writer. The case and its runs; with
+    every competitor, also a traced in-process append's store calls and fsyncs."""
     import lance
 
     prefixed = {f"storage.{k}": v for k, v in (storage or {}).items()}  # as Spark takes them
 
-    def memwal(uri: str, keep: bool = True):
-        opts = {**prefixed, **({} if keep else {"keep_writers": "false"})}
-        return lambda start: h.frame(spark, start, ROWS).write.format("memwal").mode(
-            "append").options(**opts).save(uri)
+    def sink(fmt: str, **opts: str):
+        return lambda uri: lambda start: h.frame(spark, start, ROWS).write.format(fmt).mode(
+            "append").options(**prefixed, **opts).save(uri)
 
     def lance_append(uri: str, durable: bool = False):
         def listing() -> set[str]:
@@ -59,88 +63,90 @@ def _case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None,
                    else str(ctx.scratch("small") / "t.lance"))
             append, k = make(uri), n if r >= 0 else warm
             append(0)  # the table, untimed
-            before, size = h.count_objects(uri, storage), h.stored_bytes(uri, storage)
-            out = h.concurrent_appends(spark, WRITERS, k, ROWS, append)
-            out["objects_per_append"] = (h.count_objects(uri, storage) - before) / (WRITERS * k)
-            out["kb_per_append"] = (h.stored_bytes(uri, storage) - size) / (WRITERS * k) / 1e3
-            assert count(uri) in (None, (WRITERS * k + 1) * ROWS), f"{count(uri)} rows visible"
+            objects, size = h.stored(uri, storage)
+            out = h.concurrent_appends(spark, writers, k, ROWS, append)
+            objects_after, size_after = h.stored(uri, storage)
+            out["objects_per_append"] = (objects_after - objects) / (writers * k)
+            out["kb_per_append"] = (size_after - size) / (writers * k) / 1e3
+            assert count(uri) in (None, (writers * k + 1) * ROWS), f"{count(uri)} rows visible"
             return out
         return run
 
     def lance_rows(uri: str) -> int:
         return lance.dataset(uri, storage_options=storage).count_rows()
 
-    comps = {MEMWAL: competitor(memwal, lambda u: h.committed_rows(u, storage)),
-             UNKEPT: competitor(lambda u: memwal(u, False),
-                                lambda u: h.committed_rows(u, storage)),
-             LANCE: competitor(lance_append, lance_rows)}
-    if not storage:
-        comps[LANCE_SYNC] = competitor(lambda u: lance_append(u, True), lance_rows)
-    comps[NOOP] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
-        "noop_arrow").mode("append").save(), lambda u: None)
-    # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
-    comps[DURABLE] = competitor(lambda u: lambda s: h.frame(spark, s, ROWS).write.format(
-        durable_sink.NAME).mode("append").options(path=u, **prefixed).save(),
-        lambda u: durable_sink.committed_rows(u, storage))
+    def memwal_rows(uri: str) -> int:
+        return h.committed_rows(uri, storage)
+
+    comps = {MEMWAL: competitor(sink("memwal"), memwal_rows),
+             UNKEPT: competitor(sink("memwal", keep_writers="false"), memwal_rows),
+             LANCE: competitor(lance_append, lance_rows),
+             LANCE_SYNC: competitor(lambda u: lance_append(u, True), lance_rows),
+             NOOP: competitor(sink("noop_arrow"), lambda u: None),
+             NOOP_PLAIN: competitor(sink("noop_arrow", measures="false"), lambda u: None),
+             # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
+             DURABLE: competitor(sink(durable_sink.NAME),
+                                 lambda u: durable_sink.committed_rows(u, storage))}
+    comps = {k: v for k, v in comps.items() if k in (only or comps) and not (
+        storage and k == LANCE_SYNC)}
     where = "S3" if storage else "local disk"
     runs = h.alternate(ctx, comps, label=f"{where}: ")
-    traced = (f"s3://{BUCKET}/traced/t.lance" if storage else str(ctx.scratch("traced") / "t"))
-    return {"where": where, "competitors": h.stats(runs),
-            "rows_s": h.ratios(runs, MEMWAL, "rows_s", [k for k in comps if k != MEMWAL]),
-            "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE]),
-            "unkept": h.ratios(runs, UNKEPT, "rows_s", [LANCE]),
-            "durable_vs_noop": h.ratios(runs, DURABLE, "rows_s", [NOOP]),
-            "io_per_append": h.io_per_append(traced, storage),
-            "io_per_append_unkept": h.io_per_append(traced + "-unkept", storage,
-                                                    keep_writers="false")}
+    out = {"where": where, "competitors": h.stats(runs),
+           "rows_s": h.ratios(runs, MEMWAL, "rows_s", [k for k in comps if k != MEMWAL]),
+           "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE])}
+    if only is None:
+        traced = (f"s3://{BUCKET}/traced/t.lance" if storage else str(ctx.scratch("traced") / "t"))
+        out.update(unkept=h.ratios(runs, UNKEPT, "rows_s", [LANCE]),
+                   durable_vs_noop=h.ratios(runs, DURABLE, "rows_s", [NOOP]),
+                   measures=h.ratios(runs, NOOP, "rows_s", [NOOP_PLAIN]),
+                   io_per_append=h.io_per_append(traced, storage),
+                   io_per_append_unkept=h.io_per_append(traced + "-unkept", storage,
+                                                        keep_writers="false"))
+    return out, runs
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     n = ctx.pick(5, 50, 200)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
-        spark = h.spark_session(ctx, durable_sink.DurableSource,
-                                master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
-                                **{"spark.scheduler.mode": "FAIR", **conf})
-        try:
+        with h.spark_session(ctx, master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
+                             **{"spark.scheduler.mode": "FAIR", **conf}) as spark:
             # The JVM is one for the whole run (PySpark keeps its gateway across
             # sessions): the first case warms its JIT up with two rounds' appends, or its
             # first timed repeats pay the warm-up (JVM CPU per append 60-97 ms in repeat
             # 1, 37-43 by repeat 3), worst for whoever runs first there.
-            here = [_case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
+            here = [case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
             with h.s3_bucket(ctx, BUCKET) as (server, skipped):
-                here += [_case(ctx, spark, n, server.storage_options())] if server else []
-        finally:
-            spark.stop()
-        for c in here:
+                here += [case(ctx, spark, n, server.storage_options())] if server else []
+        for c, _runs in here:
             c["where"] = f"{c['where']}, {socket}"
-        cases += here
+            cases.append(c)
     rows, targets, panels = [], [], []
     for c in cases:
         w, comp, rt = c["where"], c["competitors"], c["rows_s"]
-        rows += [[*r, h.cell(rt[r[1]], "{:.2f}") if r[1] in rt else "1"] for r in h.rows(
-            comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                   ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")], w)]
+        rows += h.rows(comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
+                              *((f"cpu_s_per_append {k}", "{:.3f}") for k in ("jvm", "other")),
+                              ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")],
+                       w, vs=rt)
+        io = {m: ", ".join(f"{k} {v:.1f}" for k, v in c[key]["per_append"].items())
+              for m, key in (("defaults", "io_per_append"), ("unkept", "io_per_append_unkept"))}
         targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
                     h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
                              at_most=True),
                     h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
-                    h.target(f"{w}: memwal / durable Python sink rows/s (two durable objects "
-                             "per append, nothing else)", rt[DURABLE]),
-                    h.target(f"{w}: durable Python sink / no-op Python sink rows/s (what "
-                             "durability costs any sink)", c["durable_vs_noop"][NOOP]),
+                    *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC],
+                                1.0)] if LANCE_SYNC in rt else []),
+                    h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs "
+                             "any sink)", c["durable_vs_noop"][NOOP]),
+                    h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
+                             "rows/s", c["measures"][NOOP_PLAIN]),
                     h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
                              c["unkept"][LANCE]),
                     h.target(f"{w}: memwal objects written per append",
                              comp[MEMWAL]["objects_per_append"], 3, at_most=True),
-                    *({"what": f"{w}: store calls and fsyncs per in-process append, {mode} "
-                               "(reported)", "met": None, "value": ", ".join(
-                                   f"{k} {v:.1f}" for k, v in c[io]["per_append"].items())}
-                      for mode, io in (("defaults", "io_per_append"),
-                                       ("keep_writers=false", "io_per_append_unkept")))]
-        if LANCE_SYNC in rt:
-            targets.append(h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC],
-                                    1.0))
+                    {"what": f"{w}: store calls and fsyncs per in-process append (reported)",
+                     "met": None, "value": f"defaults: {io['defaults']}; keep_writers=false: "
+                                           f"{io['unkept']}"}]
         panels += [h.panel(f"{w}: rows/s", comp, "rows_s", "rows/s"),
                    h.panel(f"{w}: p99 per append", comp, "p99_ms", "ms")]
     return {"title": f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: "
@@ -149,4 +155,5 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                        "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
             "cases": cases, "targets": targets, "panels": panels,
             "table": {"columns": ["where", "competitor", "rows/s", "p50 ms", "p99 ms",
+                                  "driver JVM CPU s/append", "S3 server CPU s/append",
                                   "objects/append", "KB/append", "memwal / it"], "rows": rows}}

@@ -1,71 +1,39 @@
-"""Issue 25: 16 concurrent appending jobs in one SparkSession, memwal vs the Lance append.
+"""16 concurrent appending jobs in one SparkSession, memwal vs the Lance append.
 
-16 threads (each first sets the session active on its JVM thread) run N appends of
-5,000 rows, a job each: ``format("memwal")`` (defaults) vs ``lance.write_dataset(
-df.toArrow(), mode="append")`` vs a no-op Python sink (``noop_arrow``: what Spark's
-Python data source path costs with nothing written) vs the durable Python sink of
-``durable_sink`` (one durable object per task and one per job, nothing else).
-Appends/s, p99, CPU s per append of the driver, the JVM and the Python workers (psutil
-over this process's tree).
+``small_writes`` at 16 writers, local disk, Spark's TCP sockets: 16 threads (each first
+sets the session active on its JVM thread) run N appends of 5,000 rows, a job each:
+``format("memwal")`` (defaults) vs ``lance.write_dataset(df.toArrow(), mode="append")``
+vs a no-op Python sink (``noop_arrow``: what Spark's Python data source path costs with
+nothing written) vs the durable Python sink of ``durable_sink`` (one durable object per
+task and one per job, nothing else). Appends/s, p99, CPU s per append of the driver, the
+JVM and the Python workers, and memwal's ratio to each.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import durable_sink
 from . import harness as h
+from .bench_small_writes import DURABLE, LANCE, MEMWAL, NOOP, case
 
 NAME = "spark_concurrency"
 THREADS, ROWS = 16, 5_000
-MEMWAL, LANCE = "memwal (defaults)", "Lance append (toArrow + write_dataset)"
-NOOP = "no-op Python sink (ceiling)"
-DURABLE = "durable Python sink (ceiling of a durable sink)"
 KINDS = ("driver", "jvm", "python workers")
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
-    import lance
-
     # 10 appends per job: with 5 (80 appends a round, ~3 s) a round ended before the
     # competitors' tails showed (the Lance append's commit retries: 1-4 s, a few a round).
     n = ctx.pick(1, 10, 20)
-    spark = h.spark_session(ctx, durable_sink.DurableSource, **{"spark.scheduler.mode": "FAIR"})
-    try:
-        def competitor(kind: str):
-            def run(r: int) -> dict[str, Any]:
-                # Two untimed warm-up rounds of every competitor: run first in a fresh
-                # JVM, the job paths' JIT warm-up otherwise lands in the timed rounds
-                # (JVM CPU per append 0.07-0.10 s in the first rounds, 0.05 s later),
-                # and the pairs of a repeat then compare warm-up, not the sinks.
-                uri, k = str(ctx.scratch("sc") / "t.lance"), n
-                if kind in (MEMWAL, NOOP, DURABLE):
-                    fmt = {MEMWAL: "memwal", NOOP: "noop_arrow", DURABLE: durable_sink.NAME}[kind]
-
-                    def append(start: int) -> None:
-                        h.frame(spark, start, ROWS).write.format(fmt).mode("append").save(uri)
-                else:
-                    def append(start: int) -> None:
-                        lance.write_dataset(h.frame(spark, start, ROWS).toArrow(), uri,
-                                            mode="append")
-                append(0)  # the table, untimed
-                out = h.concurrent_appends(spark, THREADS, k, ROWS, append)
-                if kind != NOOP:
-                    rows = (h.committed_rows(uri) if kind == MEMWAL
-                            else durable_sink.committed_rows(uri) if kind == DURABLE
-                            else lance.dataset(uri).count_rows())
-                    assert rows == (THREADS * k + 1) * ROWS, f"{rows} rows visible"
-                return out
-            return run
-
-        runs = h.alternate(ctx, {k: competitor(k) for k in (MEMWAL, LANCE, NOOP, DURABLE)},
-                           warmup=2)
-    finally:
-        spark.stop()
+    with h.spark_session(ctx, **{"spark.scheduler.mode": "FAIR"}) as spark:
+        # Two rounds' appends of every competitor untimed first: run first in a fresh JVM,
+        # the job paths' JIT warm-up otherwise lands in the timed rounds (JVM CPU per
+        # append 0.07-0.10 s in the first rounds, 0.05 s later).
+        _case, runs = case(ctx, spark, n, None, warm=2 * n, writers=THREADS,
+                           only=(MEMWAL, LANCE, NOOP, DURABLE))
     comp = h.stats(runs)
     rt = {k: h.ratios(runs, MEMWAL, k, [LANCE])[LANCE] for k in ("appends_s", "p99_ms")}
-    ceiling = h.ratios(runs, NOOP, "appends_s", [LANCE])[LANCE]
-    vs = h.ratios(runs, MEMWAL, "appends_s", [NOOP, DURABLE])
+    vs = h.ratios(runs, MEMWAL, "appends_s", [LANCE, NOOP, DURABLE])
     durable = h.ratios(runs, DURABLE, "appends_s", [NOOP, LANCE])
     cpu = [f"cpu_s_per_append {k}" for k in KINDS]
     return {"title": f"{THREADS} concurrent appending jobs x {n} x {ROWS:,} rows in one "
@@ -76,17 +44,17 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                        h.panel("p99 per append", comp, "p99_ms", "ms"),
                        *(h.panel(f"CPU s per append: {c[17:]}", comp, c, "CPU s") for c in cpu)],
             "table": {"columns": ["competitor", "appends/s", "p50 ms", "p99 ms",
-                                  *(f"CPU s/append {k}" for k in KINDS)],
+                                  *(f"CPU s/append {k}" for k in KINDS), "objects/append",
+                                  "memwal / it"],
                       "rows": h.rows(comp, [("appends_s", "{:.1f}"), ("p50_ms", "{:.0f}"),
-                                            ("p99_ms", "{:.0f}"), *((c, "{:.3f}") for c in cpu)])},
+                                            ("p99_ms", "{:.0f}"), *((c, "{:.3f}") for c in cpu),
+                                            ("objects_per_append", "{:.2f}")], vs=vs)},
             "targets": [h.target("memwal / Lance append appends/s", rt["appends_s"], 1.0),
                         h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.0,
                                  at_most=True),
                         h.target("no-op Python sink / Lance append appends/s (the ceiling of "
-                                 "any Python sink)", ceiling),
-                        h.target("memwal / no-op Python sink appends/s", vs[NOOP]),
-                        h.target("durable Python sink / Lance append appends/s (the ceiling of "
-                                 "any durable Python sink)", durable[LANCE]),
-                        h.target("durable Python sink / no-op Python sink appends/s",
-                                 durable[NOOP]),
-                        h.target("memwal / durable Python sink appends/s", vs[DURABLE])]}
+                                 "any Python sink)", h.ratios(runs, NOOP, "appends_s", [LANCE])[
+                                     LANCE]),
+                        *(h.target(f"durable Python sink / {k} appends/s", durable[o])
+                          for o, k in ((LANCE, "Lance append (the ceiling of any durable "
+                                                "Python sink)"), (NOOP, "no-op Python sink")))]}

@@ -23,9 +23,8 @@ PARQUET_SYNC = "Spark parquet, then fsync (durable)"
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     rows = ctx.pick(200_000, 2_000_000, 4_000_000)
-    spark = h.spark_session(ctx)
     cases = []
-    try:
+    with h.spark_session(ctx) as spark:
         df = h.frame(spark, 0, rows, parts=4).cache()
         assert df.count() == rows
 
@@ -57,8 +56,6 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             rt = h.ratios(runs, WAL, "rows_s", [NOOP, PARQUET, PARQUET_SYNC])
             rt["noop/parquet"] = h.ratios(runs, NOOP, "rows_s", [PARQUET])[PARQUET]
             cases.append({"batch_rows": batch, "competitors": h.stats(runs), "ratios": rt})
-    finally:
-        spark.stop()
     rows_t, targets = [], []
     for c in cases:
         c["label"] = b = f"{c['batch_rows']:,}-row batches"

@@ -74,9 +74,9 @@ def _case(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], n: int) -> di
                            label=f"{where} N={n:,}: "))
     for name in comp:  # untimed: the calls that reach memwal's store
         op, v = name.split(" on ")
-        with h.IoTrace() as trace:
+        with h.io_trace() as events:
             _op(op, uris[v], opts)
-        comp[name]["requests"] = sum(o != "fsync" for o, _k, _ms in trace.events)
+        comp[name]["requests"] = sum(o != "fsync" for o, _k, _ms in events)
     return {"where": where, "records": n, "competitors": comp}
 
 

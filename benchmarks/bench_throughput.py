@@ -3,7 +3,7 @@
 Ours (``open_shard_writer``, durable at ``close()``) vs the same encoded entries written
 at the WAL keys with ``O_EXCL`` by (a) parallel fsyncs, (b) ``O_DSYNC``, (c) one
 write+fsync per file, each then fsyncing the directory; and ``mem_wal_writer`` (no fsync
-on local disk, builds a MemTable: no goal). Replaces ``writer_ceiling``.
+on local disk, builds a MemTable: no goal).
 """
 
 from __future__ import annotations
@@ -104,8 +104,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     for c in cases:
         c["label"] = label = f"{c['batch_rows']:,}-row batches, {c['entry_bytes'] // h.KiB:,} KiB"
         rt = c["ratios"]
-        rows += [[*r, h.cell(rt[r[1]], "{:.2f}")]
-                 for r in h.rows(c["competitors"], [("mb_s", "{:.0f}")], label)]
+        rows += h.rows(c["competitors"], [("mb_s", "{:.0f}")], label, vs=rt)
         targets += [h.target(f"{label}: ours / raw serial fsync loop MB/s", rt[RAW["serial"]], 0.9),
                     h.target(f"{label}: ours / fastest raw loop ({c['fastest_raw'][:7]}) MB/s",
                              rt[c["fastest_raw"]], 0.9),

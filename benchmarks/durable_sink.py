@@ -1,15 +1,13 @@
-"""``format("durable_arrow")``: the fastest durable Python sink we can build, as a ceiling.
+"""``format("durable_arrow")``: the fastest durable Python sink we can build, as a ceiling;
+``format("noop_arrow")``: the same sink writing nothing, the ceiling of any Python sink.
 
-What any exactly-once sink through Spark's Python Data Source API must do at the least,
-and nothing else: each task puts its rows as one Arrow IPC object, durably; the job's
-commit puts one record naming those objects, durably and only once. No lease, no fence,
-no sequence, no reader: two objects per one-task append (memwal's kept-writer append
-also leaves two, its WAL entry and commit record). Both puts go through memwal's store
-(``put_if_absent``: on local disk a temporary file, fsync, link and directory fsync; on
-S3 one conditional PUT), whose S3 client costs what obstore's does (``s3_client_cpu``).
-Its Arrow IPC is compressed exactly when memwal's WAL entries are by default (zstd on an
-object store, none on local disk), so neither writes fewer bytes than the other.
-With memwal's worker measures (``spark/worker_entry``), as the no-op sink has.
+What any exactly-once sink through Spark's Python Data Source API must do at the least:
+each task puts its rows as one Arrow IPC object, the job's commit one record naming them,
+both durably (memwal's store's ``put_if_absent``) and compressed exactly when memwal's WAL
+entries are (zstd on an object store). No lease, fence, sequence or reader: two objects
+per one-task append, as memwal's kept-writer append leaves. Both run memwal's worker
+measures (``spark/worker_entry``: the heap freeze, the 40 ms delayed-ACK wait off the TCP
+socket), so that they stay the strongest sinks; option ``measures=false`` turns them off.
 """
 
 from __future__ import annotations
@@ -37,13 +35,19 @@ class PutObject(sds.WriterCommitMessage):
 
 
 class DurableWriter(sds.DataSourceArrowWriter):
-    """One durable object per task, one durable record per job."""
+    """One durable object per task, one durable record per job (or nothing: ``durable``)."""
 
-    def __init__(self, path: str, storage: dict[str, str]):
+    def __init__(self, path: str, storage: dict[str, str], durable: bool, measures: bool):
         self.path, self.storage, self.job = path, storage, uuid.uuid4().hex
+        self.durable, self.measures = durable, measures
 
-    @entry_point
     def write(self, iterator) -> PutObject:
+        return entry_point(self._write)(prompted(iterator)) if self.measures else self._write(
+            iterator)
+
+    def _write(self, iterator) -> PutObject:
+        if not self.durable:
+            return PutObject("", sum(b.num_rows for b in iterator))
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -52,7 +56,7 @@ class DurableWriter(sds.DataSourceArrowWriter):
         options = pa.ipc.IpcWriteOptions(compression=codec) if codec else None
         sink = pa.BufferOutputStream()
         rows, writer = 0, None
-        for batch in prompted(iterator):
+        for batch in iterator:
             if writer is None:
                 writer = pa.ipc.new_stream(sink, batch.schema, options=options)
             writer.write_batch(batch)
@@ -63,15 +67,15 @@ class DurableWriter(sds.DataSourceArrowWriter):
         store.put_if_absent(key, sink.getvalue())
         return PutObject(key, rows)
 
-    @entry_point
-    def commit(self, messages) -> None:
-        self._put_record(messages, self.job)
+    def commit(self, messages, name: str | None = None) -> None:
+        (entry_point(self._commit) if self.measures else self._commit)(messages, name)
 
-    def _put_record(self, messages, name: str) -> None:
+    def _commit(self, messages, name: str | None) -> None:
         record = {"job": self.job, "objects": [m.key for m in messages if m is not None],
                   "rows": sum(m.rows for m in messages if m is not None)}
-        open_store(self.path, self.storage).put_if_absent(
-            f"commits/{name}.json", json.dumps(record).encode())
+        if self.durable:
+            open_store(self.path, self.storage).put_if_absent(
+                f"commits/{name or self.job}.json", json.dumps(record).encode())
 
     def abort(self, messages) -> None:
         pass
@@ -80,32 +84,40 @@ class DurableWriter(sds.DataSourceArrowWriter):
 class DurableStreamWriter(DurableWriter, sds.DataSourceStreamArrowWriter):
     """A micro-batch's record is named by its batch id: put once per batch."""
 
-    @entry_point
     def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
-        self._put_record(messages, f"batch-{batchId:020d}")
+        super().commit(messages, f"batch-{batchId:020d}")
 
     def abort(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
         pass
 
 
 class DurableSource(sds.DataSource):
-    """Options: ``path`` and ``storage.*`` (as memwal takes them)."""
+    """Options: ``path`` and ``storage.*`` (as memwal takes them), ``measures``."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
-    def _where(self) -> tuple[str, dict[str, str]]:
+    def _writer(self, cls: type[DurableWriter]) -> DurableWriter:
         opts = {k.lower(): v for k, v in dict(self.options).items()}
-        return table_path(opts), storage_options(opts)  # as memwal reads them
+        durable, measures = self.name() == NAME, opts.get("measures") != "false"
+        make = lambda: cls(table_path(opts) if durable else "",  # noqa: E731
+                           storage_options(opts), durable, measures)  # as memwal reads them
+        return entry_point(make)() if measures else make()
 
-    @entry_point
     def writer(self, schema, overwrite: bool) -> DurableWriter:
-        return DurableWriter(*self._where())
+        return self._writer(DurableWriter)
 
-    @entry_point
     def streamWriter(self, schema, overwrite: bool) -> DurableStreamWriter:  # noqa: N802
-        return DurableStreamWriter(*self._where())
+        return self._writer(DurableStreamWriter)
+
+
+class NoopSource(DurableSource):
+    """``format("noop_arrow")``: counts rows, writes nothing."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "noop_arrow"
 
 
 def committed_rows(path: str, storage: dict[str, str] | None = None) -> int:

@@ -31,14 +31,13 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import datasource as sds
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from memwal_datasource import MemWalDataSource
 from memwal_datasource.log.commit import CommitLog
-from memwal_datasource.spark.worker_entry import entry_point
-from memwal_datasource.spark.worker_socket import prompted
 from memwal_datasource.store import ObjectStore, open_store
+
+from . import durable_sink
 
 MB = 1_000_000
 KiB, MiB = 1024, 1024 * 1024
@@ -115,15 +114,11 @@ def create_table(uri: str, storage: dict[str, str] | None = None) -> None:
     create(uri, arrow_rows(0, 1).schema, primary_key=["id"], storage_options=storage)
 
 
-def count_objects(uri: str, storage: dict[str, str] | None = None) -> int:
-    """Objects (files, keys) under a table."""
-    return sum(1 for _ in open_store(uri, storage or {}).list(""))
-
-
-def stored_bytes(uri: str, storage: dict[str, str] | None = None) -> int:
-    """Bytes of every object under a table (one HEAD per object on an object store)."""
+def stored(uri: str, storage: dict[str, str] | None = None) -> tuple[int, int]:
+    """Objects (files, keys) under a table, and their bytes (a HEAD each on an object store)."""
     store = open_store(uri, storage or {})
-    return sum(store.head(key) or 0 for key in store.list(""))
+    sizes = [store.head(key) or 0 for key in store.list("")]
+    return len(sizes), sum(sizes)
 
 
 def fsync_tree(root: str | Path) -> None:
@@ -145,63 +140,57 @@ def s3_bucket(ctx: Ctx, bucket: str) -> Iterator[tuple[Any, str | None]]:
     """``(server, None)`` with ``bucket`` created on a local SeaweedFS, or ``(None, why)``."""
     from tests.s3_server import start_s3_server
 
+    server = None
     try:
         server = start_s3_server(ctx.scratch(f"s3-{bucket}"))
-    except Exception as exc:  # noqa: BLE001 - the scenario reports the skip
-        yield None, f"no S3 server: {exc}"
-        return
-    try:
         server.create_bucket(bucket)
-    except Exception as exc:  # noqa: BLE001 - reported; a started server never outlives us
-        server.stop()
-        yield None, f"S3 server could not create bucket {bucket!r}: {exc}"
-        return
-    try:
+    except Exception as exc:  # noqa: BLE001 - the scenario reports the skip
+        yield None, f"no S3 server, or no bucket {bucket!r}: {exc}"
+    else:
         yield server, None
     finally:
-        server.stop()
+        if server is not None:  # a started server never outlives us
+            server.stop()
 
 
-class IoTrace:
-    """Records every ObjectStore call (outermost only) and every ``os.fsync`` while active."""
+STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "head", "exists",
+             "list", "list_after", "list_dirs", "delete", "delete_many", "modified_ms")
 
-    OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "head", "exists",
-           "list", "list_after", "list_dirs", "delete", "delete_many", "modified_ms")
 
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, float]] = []  # (op, key or path, ms)
-        self._local, self._undo = threading.local(), [(os, "fsync", os.fsync)]
+@contextlib.contextmanager
+def io_trace() -> Iterator[list[tuple[str, str, float]]]:
+    """``(op, key or path, ms)`` of every ObjectStore call (outermost only) and every
+    ``os.fsync`` while active."""
+    events: list[tuple[str, str, float]] = []
+    local, undo, classes, todo = threading.local(), [(os, "fsync", os.fsync)], [], [ObjectStore]
+    while todo:  # every store class, wherever it lives
+        classes.append(todo.pop())
+        todo += classes[-1].__subclasses__()
+    undo += [(c, op, c.__dict__[op]) for c in classes for op in STORE_OPS if op in c.__dict__]
 
-    def __enter__(self) -> IoTrace:
-        classes, todo = [], [ObjectStore]
-        while todo:  # every store class, wherever it lives
-            classes.append(todo.pop())
-            todo += classes[-1].__subclasses__()
-        self._undo += [(c, op, c.__dict__[op]) for c in classes for op in self.OPS
-                       if op in c.__dict__]
-        for owner, op, fn in self._undo:
-            setattr(owner, op, self._wrap(fn, op))
-        return self
-
-    def _wrap(self, fn: Callable, op: str) -> Callable:
+    def wrap(fn: Callable, op: str) -> Callable:
         def call(*args, **kwargs):
-            depth = getattr(self._local, "depth", 0)
-            self._local.depth, t = depth + 1, time.perf_counter()
+            depth = getattr(local, "depth", 0)
+            local.depth, t = depth + 1, time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._local.depth = depth
+                local.depth = depth
                 if depth == 0 or op == "fsync":  # fsync(fd), or store.op(key, ...)
                     key = (os.readlink(f"/proc/self/fd/{args[0]}") if op == "fsync" else
                            args[1] if len(args) > 1 and isinstance(args[1], str) else
                            f"{args[1][0]} (of {len(args[1])})" if len(args) > 1 and args[1]
                            else "(batch)")
-                    self.events.append((op, key, (time.perf_counter() - t) * 1e3))
+                    events.append((op, key, (time.perf_counter() - t) * 1e3))
         return call
 
-    def __exit__(self, *exc) -> None:
-        for owner, name, original in reversed(self._undo):
-            setattr(owner, name, original)
+    for owner, op, fn in undo:
+        setattr(owner, op, wrap(fn, op))
+    try:
+        yield events
+    finally:
+        for owner, op, fn in reversed(undo):
+            setattr(owner, op, fn)
 
 
 def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
@@ -209,16 +198,16 @@ def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
     """Store calls and fsyncs per in-process append (:func:`inproc_append`, the code a
     Spark append runs), after one untimed append; and what the last append touched."""
     inproc_append(uri, arrow_rows(0, rows), storage, **options)
-    with IoTrace() as tr:
+    with io_trace() as events:
         for i in range(1, n + 1):
-            mark = len(tr.events)
+            mark = len(events)
             inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
-    ops, uuid_re = collections.Counter(e[0] for e in tr.events), re.compile(r"[0-9a-f-]{32,36}")
+    ops, uuid_re = collections.Counter(e[0] for e in events), re.compile(r"[0-9a-f-]{32,36}")
     return {"per_append": {op: c / n for op, c in sorted(ops.items())},
-            "ms_per_append": {op: sum(ms for o, _k, ms in tr.events if o == op) / n
+            "ms_per_append": {op: sum(ms for o, _k, ms in events if o == op) / n
                               for op in sorted(ops)},
             "last_append": [f"{op} {uuid_re.sub('<id>', k.replace(uri, '<table>'))}"
-                            for op, k, _ms in tr.events[mark:]]}
+                            for op, k, _ms in events[mark:]]}
 
 
 # --- statistics ------------------------------------------------------------------
@@ -298,10 +287,12 @@ def ratios(runs: dict[str, list[dict[str, Any]]], ours: str, key: str,
     return {o: paired([x[key] for x in runs[ours]], [x[key] for x in runs[o]]) for o in others}
 
 
-def rows(comp: dict[str, dict[str, Any]], cols: Sequence[tuple[str, str]],
-         *prefix: str) -> list[list[str]]:
-    """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing)."""
-    return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols)]
+def rows(comp: dict[str, dict[str, Any]], cols: Sequence[tuple[str, str]], *prefix: str,
+         vs: dict[str, dict[str, Any]] | None = None) -> list[list[str]]:
+    """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing),
+    and with ``vs`` (ours / each competitor) a last column of those ratios ("1" for ours)."""
+    return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols),
+             *([] if vs is None else [cell(vs[n], "{:.2f}") if n in vs else "1"])]
             for n, s in comp.items()]
 
 
@@ -311,13 +302,6 @@ def panel(title: str, comp: dict[str, dict[str, Any]], key: str, unit: str) -> l
 
 
 # --- the machine and its load ------------------------------------------------------
-
-def _mount_of(path: str) -> dict[str, str]:
-    path = os.path.realpath(path)
-    m = max((p for p in psutil.disk_partitions(all=True) if path == p.mountpoint
-             or path.startswith(p.mountpoint.rstrip("/") + "/")), key=lambda p: len(p.mountpoint))
-    return {"device": m.device, "mount": m.mountpoint, "fstype": m.fstype}
-
 
 def machine_info(workdir: str) -> dict[str, Any]:
     """CPU model, cores, RAM, disk, versions, git commit, load average."""
@@ -329,11 +313,15 @@ def machine_info(workdir: str) -> dict[str, Any]:
                       if ln.lower().startswith("model name")), model)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                             capture_output=True, text=True).stdout.strip()
+    path = os.path.realpath(workdir)
+    m = max((p for p in psutil.disk_partitions(all=True) if path == p.mountpoint
+             or path.startswith(p.mountpoint.rstrip("/") + "/")), key=lambda p: len(p.mountpoint))
     return {"cpu_model": model, "logical_cores": os.cpu_count(),
             "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
             "platform": platform.platform(), "python": sys.version.split()[0],
             "pyarrow": pa.__version__, "pylance": version("pylance"),
-            "disk": {"path": str(workdir), **_mount_of(workdir)}, "git_commit": commit,
+            "disk": {"path": str(workdir), "device": m.device, "mount": m.mountpoint,
+                     "fstype": m.fstype}, "git_commit": commit,
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -344,32 +332,30 @@ def machine_line(m: dict[str, Any]) -> str:
             f"pylance {m['pylance']}")
 
 
-class Load:
-    """Load average and the CPU share other processes took while a scenario ran."""
+def _own_cpu() -> float:
+    t = psutil.Process().cpu_times()  # with reaped children: a stopped JVM counts
+    return t.children_user + t.children_system + sum(cpu_tree().values())
 
-    def __enter__(self) -> Load:
-        self.t0, self.load0, self.sys0 = time.perf_counter(), os.getloadavg(), psutil.cpu_times()
-        self.own0 = self._own()
-        return self
 
-    @staticmethod
-    def _own() -> float:
-        t = psutil.Process().cpu_times()  # with reaped children: a stopped JVM counts
-        return t.children_user + t.children_system + sum(cpu_tree().values())
+def _busy(t) -> float:
+    return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "guest_nice",
+                                                              "steal"))
 
-    @staticmethod
-    def _busy(t) -> float:
-        return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest",
-                                                                  "guest_nice", "steal"))
 
-    def __exit__(self, *exc) -> None:
-        avail = max((time.perf_counter() - self.t0) * (os.cpu_count() or 1), 1e-9)
-        own = self._own() - self.own0
-        busy = self._busy(psutil.cpu_times()) - self._busy(self.sys0)
-        self.result = {"loadavg_start": [round(x, 2) for x in self.load0],
-                       "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-                       "cpu_own_frac": round(own / avail, 3),
-                       "cpu_others_frac": round(max(0.0, busy - own) / avail, 3)}
+@contextlib.contextmanager
+def load() -> Iterator[dict[str, Any]]:
+    """Load average and the CPU share other processes took while active (filled on exit)."""
+    t0, load0, sys0, own0, out = (time.perf_counter(), os.getloadavg(), psutil.cpu_times(),
+                                  _own_cpu(), {})
+    try:
+        yield out
+    finally:
+        avail = max((time.perf_counter() - t0) * (os.cpu_count() or 1), 1e-9)
+        own, busy = _own_cpu() - own0, _busy(psutil.cpu_times()) - _busy(sys0)
+        out.update(loadavg_start=[round(x, 2) for x in load0],
+                   loadavg_end=[round(x, 2) for x in os.getloadavg()],
+                   cpu_own_frac=round(own / avail, 3),
+                   cpu_others_frac=round(max(0.0, busy - own) / avail, 3))
 
 
 def load_line(c: dict[str, Any] | None) -> str:
@@ -395,93 +381,45 @@ def cpu_tree(root=None) -> dict[str, float]:
     return out
 
 
-class RssSampler:
-    """Peak RSS of the Python processes started below this one while active (every 20 ms)."""
+@contextlib.contextmanager
+def rss_peak() -> Iterator[dict[str, int]]:
+    """``{"peak": bytes}``: the peak RSS of the Python processes started below this one
+    while active (sampled every 20 ms)."""
+    out, stop, me = {"peak": 0}, threading.Event(), psutil.Process()
+    old = {p.pid for p in me.children(recursive=True)}
 
-    def __enter__(self) -> RssSampler:
-        self.peak, self._stop = 0, threading.Event()
-        self._old = {p.pid for p in psutil.Process().children(recursive=True)}
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            for p in psutil.Process().children(recursive=True):
+    def sample() -> None:
+        while not stop.wait(0.02):
+            for p in me.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    if p.pid not in self._old and "python" in p.name():
-                        self.peak = max(self.peak, p.memory_info().rss)
+                    if p.pid not in old and "python" in p.name():
+                        out["peak"] = max(out["peak"], p.memory_info().rss)
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join()
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join()
 
 
 # --- Spark -----------------------------------------------------------------------
 
-class NoopWriter(sds.DataSourceArrowWriter):
-    """Counts rows, writes nothing: the ceiling of any Python sink.
-
-    With memwal's worker tricks (``spark/worker_entry``: the heap frozen, the 40 ms
-    delayed-ACK wait off the TCP socket), so that it stays the strongest Python sink.
-    """
-
-    @entry_point
-    def write(self, iterator) -> sds.WriterCommitMessage:
-        sum(b.num_rows for b in prompted(iterator))
-        return sds.WriterCommitMessage()
-
-    @entry_point
-    def commit(self, messages) -> None:
-        pass
-
-
-class NoopStreamWriter(NoopWriter, sds.DataSourceStreamArrowWriter):
-    @entry_point
-    def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
-        pass
-
-
-class NoopSource(sds.DataSource):
-    """``format("noop_arrow")``: a Python sink for batch and stream writes that writes nothing."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "noop_arrow"
-
-    def schema(self) -> str:
-        return SPARK_COLUMNS
-
-    @entry_point
-    def writer(self, schema, overwrite: bool) -> NoopWriter:
-        return NoopWriter()
-
-    @entry_point
-    def streamWriter(self, schema, overwrite: bool) -> NoopStreamWriter:  # noqa: N802
-        return NoopStreamWriter()
-
-
-SHOWN_CONF = ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
-              "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
-              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled",
-              "spark.python.unix.domain.socket.enabled")
-
-
-# Spark's Python workers talk to the JVM over TCP by default: a task's last small write
-# can wait for a delayed ACK (Nagle's algorithm on the JVM side), ~40 ms, in some batches of
-# every Python source and sink. Unix domain sockets (a Spark setting) have no such wait.
-# Scenarios that run both give each session every competitor, with the same setting.
+# Spark's Python workers talk to the JVM over TCP by default, where a task's last small
+# write can wait ~40 ms for a delayed ACK; Unix domain sockets (a setting) have no such wait.
 WORKER_SOCKETS = {"tcp (Spark's default)": {},
                   "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
 
 
+@contextlib.contextmanager
 def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     """A ``master`` SparkSession (UI off, workers on this interpreter) with ``memwal``,
-    ``noop_arrow`` and ``sources`` registered; its settings go to the log and the JSON
-    (the same for every competitor of the scenario)."""
+    ``noop_arrow``, ``durable_arrow`` and ``sources`` registered, stopped on exit; its
+    settings go to the log and the JSON (the same for every competitor of the scenario)."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(REPO_ROOT) not in path:  # workers import benchmarks.harness for noop_arrow
+    if str(REPO_ROOT) not in path:  # workers import benchmarks for its sinks
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *path])
     from pyspark.sql import SparkSession
 
@@ -490,24 +428,34 @@ def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "2", **conf}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    for s in (MemWalDataSource, NoopSource, *sources):
+    for s in (MemWalDataSource, durable_sink.DurableSource, durable_sink.NoopSource, *sources):
         spark.dataSource.register(s)
     shown = {"spark": spark.version}
-    for k in SHOWN_CONF:
-        try:
+    for k in ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
+              "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
+              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled",
+              "spark.python.unix.domain.socket.enabled"):
+        try:  # its value or built-in default (get(k, default) would hide the latter)
             shown[k] = spark.conf.get(k)
         except Exception:  # noqa: BLE001 - a setting with no default, not set
             shown[k] = "(unset)"
     ctx.extra.setdefault("spark_settings", []).append(shown)
     ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
-    return spark
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def columns(n: str = "id") -> tuple[str, ...]:
+    """SQL for :func:`arrow_rows`' columns from a long column ``n``."""
+    return (f"{n} as id", f"concat(cast({n} as string), '{SUFFIX}') as payload",
+            f"cast({n} as double) * 0.001 as score")
 
 
 def frame(spark, start: int, rows: int, parts: int = 1):
     """The Spark twin of :func:`arrow_rows`."""
-    return spark.range(start, start + rows, numPartitions=parts).selectExpr(
-        "id", f"concat(cast(id as string), '{SUFFIX}') as payload",
-        "cast(id as double) * 0.001 as score")
+    return spark.range(start, start + rows, numPartitions=parts).selectExpr(*columns())
 
 
 def concurrent_appends(spark, writers: int, n: int, rows: int,

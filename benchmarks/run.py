@@ -19,13 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .harness import RESULTS_DIR, Ctx, Load, load_line, machine_info, machine_line, write_outputs
+from .harness import RESULTS_DIR, Ctx, load, load_line, machine_info, machine_line, write_outputs
 
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
-SCENARIOS = ("throughput", "spark_write", "read", "worker_rss", "pk_write", "s3_client_cpu",
-             "store_commits", "table_plan", "small_writes", "s3_server_cpu", "concurrency_no_spark",
-             "spark_concurrency", "stream_latency", "worker_socket", "import_time",
-             "pk_compaction", "store_latency", "driver_jit")
+SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "table_plan", "small_writes",
+             "concurrency_no_spark", "spark_concurrency", "stream_latency", "import_time",
+             "pk_compaction", "store_latency")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
 
 
@@ -83,14 +82,14 @@ def write_summary(results_dir: Path) -> Path:
 def run_one(name: str, ctx: Ctx) -> dict[str, Any]:
     """One scenario, its failure or its result, with the load while it ran."""
     t0 = time.perf_counter()
-    with Load() as load:
+    with load() as measured:
         try:
             module = importlib.import_module(f"benchmarks.bench_{name}")
             result = {**module.run(ctx), "about": module.__doc__}
         except Exception:  # noqa: BLE001 - one failure must not hide the others
             result = {"error": traceback.format_exc()}
             print(result["error"], file=sys.stderr)
-    return {**result, "name": name, "load": load.result, "machine": ctx.machine,
+    return {**result, "name": name, "load": measured, "machine": ctx.machine,
             "scale": ctx.scale, "repeats": ctx.repeats, "duration_s": time.perf_counter() - t0,
             "spark_settings": ctx.extra.get("spark_settings"),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
