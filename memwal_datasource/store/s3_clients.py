@@ -4,8 +4,8 @@ Two clients, each built once per process and configuration:
 
 * **obstore** (the Rust ``object_store`` crate pylance itself uses) carries
   the data path: conditional PUTs of WAL entries, manifests and records, plain
-  PUTs of hints, GETs and HEADs. Its per-request CPU is 2-8x lower than
-  boto3's (``benchmarks/bench_s3_client_cpu.py``). The store used for
+  PUTs of hints, GETs and HEADs: its per-request CPU was 2-8x lower than
+  boto3's when measured side by side. The store used for
   conditional PUTs has ``max_retries=0``: a conditional PUT whose response
   was lost must never be re-sent by the SDK (the re-send comes back 412 and
   looks like another writer's object); :func:`~.base.put_resolved` retries and
