@@ -136,3 +136,38 @@ def test_commit_landing_during_gc_keeps_its_entries(pk_table):
     finally:
         hooks.clear()
     assert rows(uri, opts) == {1: "a-1", 2: "late-2"}
+
+
+def test_a_stray_record_in_a_released_number_is_deleted_and_never_planned(pk_table):
+    """A committer stalled past a collection put a copy of a live record's ranges into a
+    number gc had released: gc must neither fold it (its floors would free the live
+    record's WAL entries) nor keep it."""
+    from memwal_datasource.format.commit_format import released_key
+    from memwal_datasource.log.commit import record_key
+
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    for i in range(3):
+        write(uri, opts, shard, [batch([i], f"w{i}")])
+    table = TableView(uri, opts)
+    compact(table)
+    collect(table, retain_seconds=0, clock=later(table))  # the WAL entries
+    CommitLog(store).checkpoint()  # (every 100th commit writes one)
+    first = collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
+    assert first.records  # records below that checkpoint were released and deleted
+    released = CommitLog(store).boundary(refresh=True)
+    assert released >= 1 and store.exists(released_key(released))
+    write(uri, opts, shard, [batch([7, 8], "live")])  # committed, not compacted
+    live = CommitLog(store).read(CommitLog(store).next_sequence() - 1)
+    stray = live.to_json().replace(f'"sequence": {live.sequence}'.encode(),
+                                   f'"sequence": {released}'.encode())
+    assert stray != live.to_json()
+    store.put(record_key(released), stray)
+    before = rows(uri, opts)
+    assert before[7] == "live-7" and before[8] == "live-8"
+    again = collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
+    assert not store.exists(record_key(released))  # the stray went
+    assert all(sp.floor <= live.ranges[0].first for sp in again.shards)
+    assert rows(uri, opts) == before
+    assert TableView(uri, opts).committed_tail()
