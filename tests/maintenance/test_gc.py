@@ -171,3 +171,37 @@ def test_a_stray_record_in_a_released_number_is_deleted_and_never_planned(pk_tab
     assert all(sp.floor <= live.ranges[0].first for sp in again.shards)
     assert rows(uri, opts) == before
     assert TableView(uri, opts).committed_tail()
+
+
+def test_a_stream_from_earliest_never_serves_a_stray(pk_table):
+    """A stray naming an uncommitted entry sits in a released number: a new stream from
+    ``earliest`` serves every committed row once, never the stray's, and goes on past
+    it to records committed later."""
+    from dataclasses import replace
+
+    from memwal_datasource.log.commit import record_key
+    from tests.helpers import stream_rows
+
+    uri, opts = pk_table
+    store = open_store(uri, opts)
+    shard = new_shard()
+    for i in range(3):
+        write(uri, opts, shard, [batch([i], f"w{i}")])
+    table = TableView(uri, opts)
+    compact(table)
+    collect(table, retain_seconds=0, clock=later(table))
+    CommitLog(store).checkpoint()
+    collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
+    released = CommitLog(store).boundary(refresh=True)
+    assert released >= 1
+    write(uri, opts, shard, [batch([999], "lost")], commit=False)  # never committed
+    lost_at = WalTailer(store, shard).next_position() - 1
+    lost_epoch = WalTailer(store, shard).read(lost_at).writer_epoch
+    write(uri, opts, shard, [batch([7], "live")])
+    live = CommitLog(store).read(CommitLog(store).next_sequence() - 1)
+    stray = replace(live, sequence=released, job_id="stalled",
+                    ranges=[replace(live.ranges[0], epoch=lost_epoch, first=lost_at,
+                                    last=lost_at)])
+    store.put(record_key(released), stray.to_json())
+    write(uri, opts, shard, [batch([8], "later")])
+    assert sorted(stream_rows(uri, opts)) == [7, 8]
