@@ -138,14 +138,9 @@ def test_commit_landing_during_gc_keeps_its_entries(pk_table):
     assert rows(uri, opts) == {1: "a-1", 2: "late-2"}
 
 
-def test_a_stray_record_in_a_released_number_is_deleted_and_never_planned(pk_table):
-    """A committer stalled past a collection put a copy of a live record's ranges into a
-    number gc had released: gc must neither fold it (its floors would free the live
-    record's WAL entries) nor keep it."""
-    from memwal_datasource.format.commit_format import released_key
-    from memwal_datasource.log.commit import record_key
-
-    uri, opts = pk_table
+def _released_three_records(uri, opts):
+    """Three committed records, compacted, then collected (their WAL entries, then,
+    below a checkpoint, the records): (store, shard, table, released boundary)."""
     store = open_store(uri, opts)
     shard = new_shard()
     for i in range(3):
@@ -154,10 +149,23 @@ def test_a_stray_record_in_a_released_number_is_deleted_and_never_planned(pk_tab
     compact(table)
     collect(table, retain_seconds=0, clock=later(table))  # the WAL entries
     CommitLog(store).checkpoint()  # (every 100th commit writes one)
-    first = collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
-    assert first.records  # records below that checkpoint were released and deleted
+    done = collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
+    assert done.records  # records below that checkpoint were released and deleted
     released = CommitLog(store).boundary(refresh=True)
-    assert released >= 1 and store.exists(released_key(released))
+    assert released >= 1
+    return store, shard, table, released
+
+
+def test_a_stray_record_in_a_released_number_is_deleted_and_never_planned(pk_table):
+    """A committer stalled past a collection put a copy of a live record's ranges into a
+    number gc had released: gc must neither fold it (its floors would free the live
+    record's WAL entries) nor keep it."""
+    from memwal_datasource.format.commit_format import released_key
+    from memwal_datasource.log.commit import record_key
+
+    uri, opts = pk_table
+    store, shard, table, released = _released_three_records(uri, opts)
+    assert store.exists(released_key(released))
     write(uri, opts, shard, [batch([7, 8], "live")])  # committed, not compacted
     live = CommitLog(store).read(CommitLog(store).next_sequence() - 1)
     stray = live.to_json().replace(f'"sequence": {live.sequence}'.encode(),
@@ -183,17 +191,7 @@ def test_a_stream_from_earliest_never_serves_a_stray(pk_table):
     from tests.helpers import stream_rows
 
     uri, opts = pk_table
-    store = open_store(uri, opts)
-    shard = new_shard()
-    for i in range(3):
-        write(uri, opts, shard, [batch([i], f"w{i}")])
-    table = TableView(uri, opts)
-    compact(table)
-    collect(table, retain_seconds=0, clock=later(table))
-    CommitLog(store).checkpoint()
-    collect(TableView(uri, opts), retain_seconds=0, clock=later(table))
-    released = CommitLog(store).boundary(refresh=True)
-    assert released >= 1
+    store, shard, table, released = _released_three_records(uri, opts)
     write(uri, opts, shard, [batch([999], "lost")], commit=False)  # never committed
     lost_at = WalTailer(store, shard).next_position() - 1
     lost_epoch = WalTailer(store, shard).read(lost_at).writer_epoch
