@@ -256,3 +256,43 @@ def test_a_follower_never_takes_its_verdict_from_a_stray(location):
             APPEND, [rng("b")], job_id="b")
     forget_folds()
     assert "b" not in [r.shard_id for r in CommitLog(open_store(*location)).visible()]
+
+
+def test_a_commit_that_filled_a_freed_number_then_lost_a_race_commits_once(location):
+    """X stalls before its PUT while others commit, a checkpoint and a collection free its
+    number; its PUT fills the freed number (a stray: deleted), then it loses the race at
+    the tip. Its intent must start after the number it lost, not the freed one: it
+    commits once (this used to answer OutcomeUnknown, its window crossing freed records)."""
+    store = open_store(*location)
+    CommitLog(store).append(APPEND, [rng("base")], job_id="base", group=False)
+    calls = {"n": 0, "inside": False}
+
+    def world(sequence):
+        if calls["inside"]:
+            return  # the others' own commits
+        calls["n"] += 1
+        calls["inside"] = True
+        try:
+            move(calls["n"])
+        finally:
+            calls["inside"] = False
+
+    def move(n):
+        others = CommitLog(open_store(*location), checkpoint_interval=None)
+        if n == 1:  # X is about to put at 2: the log moves on and is collected
+            for job in ("o2", "o3", "o4"):
+                others.append(APPEND, [rng(job)], job_id=job, group=False)
+            others.checkpoint()
+            store.put(released_key(3), b"{}")
+            for seq in (1, 2, 3):
+                store.delete(record_key(seq))
+        elif n == 2:  # X is about to put at the tip: a rival takes it first
+            others.append(APPEND, [rng("rival")], job_id="rival", group=False)
+
+    hooks.register("commit.before", world)
+    x = CommitLog(open_store(*location), retry_base_delay_ms=1).append(
+        APPEND, [rng("x")], job_id="x")
+    assert x.created and x.record.sequence == 6
+    forget_folds()
+    seen = [r.shard_id for r in CommitLog(open_store(*location)).visible()]
+    assert seen.count("x") == 1 and "rival" in seen
