@@ -256,6 +256,10 @@ class Checkpoint:
     recent: dict[int, str] = field(default_factory=dict)  # sequence: record digest
     last_data: int = 0  # the last record that is not a gc record (compaction's work)
     released: int = 0  # records up to here had their WAL entries collected
+    # Intents the records held_from..sequence answered: intent id -> (record, verdict), so
+    # an owner that stalled while those records were collected still learns its verdict.
+    held: dict[str, tuple[int, str]] = field(default_factory=dict)
+    held_from: int = 1
 
     def fold(self, rec: CommitRecord) -> None:
         """Apply the next record, ``sequence + 1``."""
@@ -266,6 +270,12 @@ class Checkpoint:
             self.last_data = self.sequence
         if len(self.recent) > RECENT:
             del self.recent[min(self.recent)]
+        for part in rec.parts():
+            if part.intent_id is not None:
+                self.held[part.intent_id] = (self.sequence, part.verdict)
+        if self.sequence - self.held_from >= 2 * RECENT:  # keep about RECENT records' worth
+            self.held_from = self.sequence - RECENT + 1
+            self.held = {i: v for i, v in self.held.items() if v[0] >= self.held_from}
         for part in rec.parts():
             if part.verdict == COMMITTED:
                 self.apply(part)
@@ -297,12 +307,13 @@ class Checkpoint:
         """A copy that folding does not share."""
         return replace(self, visible=list(self.visible), txn=dict(self.txn),
                        floors=dict(self.floors), epochs=dict(self.epochs),
-                       recent=dict(self.recent))
+                       recent=dict(self.recent), held=dict(self.held))
 
     def state(self) -> tuple:
         """What two checkpoints of the same records agree on (``created_ms`` aside)."""
         return (self.sequence, self.visible, self.txn, self.records, self.last_overwrite,
-                self.floors, self.epochs, self.recent, self.last_data, self.released)
+                self.floors, self.epochs, self.recent, self.last_data, self.released,
+                self.held, self.held_from)
 
     def to_json(self) -> bytes:
         """The checkpoint's storage form."""
@@ -319,6 +330,7 @@ class Checkpoint:
             "floors": self.floors, "epochs": self.epochs, "last_data": self.last_data,
             "released": self.released,
             "recent": {str(k): v for k, v in self.recent.items()},
+            "held": {i: list(v) for i, v in self.held.items()}, "held_from": self.held_from,
         }
 
     @classmethod
@@ -350,7 +362,11 @@ class Checkpoint:
                      epochs={str(k): int(v) for k, v in body.get("epochs", {}).items()},
                      recent={int(k): str(v) for k, v in body.get("recent", {}).items()},
                      last_data=int(body.get("last_data", body["sequence"])),
-                     released=int(body.get("released", 0)))
+                     released=int(body.get("released", 0)),
+                     held={str(i): (int(v[0]), str(v[1]))
+                           for i, v in body.get("held", {}).items()},
+                     # a checkpoint written before it kept intents knows none of them
+                     held_from=int(body.get("held_from", int(body["sequence"]) + 1)))
         except MemWalError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:

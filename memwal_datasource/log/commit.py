@@ -335,17 +335,44 @@ class CommitLog(CommitLogReader):
 
     def _holder(self, intent: Intent, upto: int) -> tuple | None:
         """The record among ``intent.after + 1 .. upto`` holding ``intent``, as ``(record,
-        member)``; ``()`` when none does; ``None`` when some of them were collected."""
+        member)``; ``()`` when none does; ``None`` when that cannot be known (records of
+        the window were collected, and no stored checkpoint remembers their intents)."""
         for seq in range(intent.after + 1, upto + 1):
             if seq not in self._cache and self._fetch(seq)[0] is None:
-                return None
+                return self._holder_remembered(intent, upto)
         at = self._holders.get(intent.intent_id)
         if at is None or not intent.after < at <= upto:
             return ()
         if at <= self.boundary(refresh=True):
-            return None  # a stray, or a record gc released: only a stall gets here
+            # A stray (never a record), or a record gc has since released.
+            return self._holder_remembered(intent, upto)
         rec = self._cache[at]
         return rec, next(p for p in rec.parts() if p.intent_id == intent.intent_id)
+
+    def _holder_remembered(self, intent: Intent, upto: int) -> tuple | None:
+        """:meth:`_holder` when records of the window were collected: the newest
+        checkpoint remembers which intents its recent records answered, and records
+        above it are never collected."""
+        ck = self._relist()
+        if ck is None or intent.after + 1 < ck.held_from:
+            return None
+        held = ck.held.get(intent.intent_id)
+        if held is not None and intent.after < held[0] <= upto:
+            part = replace(intent.record.parts()[0], intent_id=intent.intent_id,
+                           verdict=held[1])
+            rec = CommitRecord(sequence=held[0], kind=APPEND, job_id=part.job_id,
+                               ranges=list(part.ranges) if held[1] == COMMITTED else [],
+                               extra={"garbage_collected": True}, members=[part],
+                               intent_id=intent.intent_id)
+            return rec, part
+        for seq in range(max(ck.sequence, intent.after) + 1, upto + 1):
+            rec, _ = self._fetch(seq)
+            if rec is None:
+                return None
+            part = next((p for p in rec.parts() if p.intent_id == intent.intent_id), None)
+            if part is not None:
+                return rec, part
+        return ()
 
     def _answer(self, rec: CommitRecord, part: Member, txn: Txn | None) -> CommitResult:
         """Our verdict, as the record holding our intent gives it."""

@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from memwal_datasource import hooks
-from memwal_datasource.errors import CorruptEntryError, OutcomeUnknown, TransientStoreError
+from memwal_datasource.errors import CorruptEntryError, TransientStoreError
 from memwal_datasource.format.commit_format import CommitRecord, released_key
+from memwal_datasource.log import commit as commit_module
 from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, record_key
 from memwal_datasource.log.commit_intents import Intent, Intents
 from memwal_datasource.log.commit_reader import forget_folds
@@ -251,11 +252,13 @@ def test_a_follower_never_takes_its_verdict_from_a_stray(location):
         store.put(record_key(3), stray.to_json())
 
     _on_intent("b", stray_holds_it)
-    with pytest.raises(OutcomeUnknown, match="look the job up"):
-        CommitLog(open_store(*location), retry_base_delay_ms=1).append(
-            APPEND, [rng("b")], job_id="b")
+    b = CommitLog(open_store(*location), retry_base_delay_ms=1).append(
+        APPEND, [rng("b")], job_id="b")
+    # The checkpoint remembers which intents its records answered: not B's, so B leads
+    # and commits itself, once.
+    assert b.created and b.record.sequence > 4
     forget_folds()
-    assert "b" not in [r.shard_id for r in CommitLog(open_store(*location)).visible()]
+    assert [r.shard_id for r in CommitLog(open_store(*location)).visible()].count("b") == 1
 
 
 def test_a_commit_that_filled_a_freed_number_then_lost_a_race_commits_once(location):
@@ -296,3 +299,42 @@ def test_a_commit_that_filled_a_freed_number_then_lost_a_race_commits_once(locat
     forget_folds()
     seen = [r.shard_id for r in CommitLog(open_store(*location)).visible()]
     assert seen.count("x") == 1 and "rival" in seen
+
+
+def test_a_stalled_leader_learns_its_verdict_from_the_checkpoint(location, monkeypatch):
+    """L leads a group but stalls before its PUT; M takes over and commits L's intent in
+    record 2; records pass and a collection frees 1..3. L's PUT fills the freed number 2
+    (a stray, deleted); the window around its intent is gone, but the newest checkpoint
+    remembers record 2 answered it: L answers committed, once (it used to be
+    OutcomeUnknown, and never a second commit)."""
+    monkeypatch.setattr(commit_module, "LEADER_WAIT_S", 0.05)
+    store = open_store(*location)
+    CommitLog(store).append(APPEND, [rng("base")], job_id="base", group=False)
+    _pending_intent(store, after=1)
+    state = {"done": False, "inside": False}
+
+    def stall(sequence):
+        if state["done"] or state["inside"]:
+            return
+        state["done"] = state["inside"] = True
+        try:
+            m = CommitLog(open_store(*location), retry_base_delay_ms=1).append(
+                APPEND, [rng("m")], job_id="m")
+            assert m.created and m.record.sequence == 2
+            others = CommitLog(open_store(*location), checkpoint_interval=None)
+            for job in ("o3", "o4"):
+                others.append(APPEND, [rng(job)], job_id=job, group=False)
+            others.checkpoint()
+            store.put(released_key(3), b"{}")
+            for seq in (1, 2, 3):
+                store.delete(record_key(seq))
+        finally:
+            state["inside"] = False
+
+    hooks.register("commit.before", stall)
+    lead = CommitLog(open_store(*location), retry_base_delay_ms=1).append(
+        APPEND, [rng("l")], job_id="l")
+    assert state["done"] and lead.created and lead.record.sequence == 2
+    forget_folds()
+    seen = [r.shard_id for r in CommitLog(open_store(*location)).visible()]
+    assert sorted(seen) == ["base", "l", "m", "o3", "o4", "stalled"]
