@@ -85,9 +85,15 @@ def check_python_workers(spark_context=None) -> None:
 
     ``spark_context`` defaults to the active one in this process; without one
     (inside a Spark worker, or under Spark Connect) there is nothing to check.
+    A Spark Connect client is skipped even when its process also holds a
+    SparkContext: the workers that matter are the Connect server's, which a
+    client cannot see (a server whose interpreter lacks the package fails the
+    first memwal read or write with ``DATA_SOURCE_NOT_FOUND``).
     """
     sc = spark_context
     if sc is None:
+        if _connect_client():
+            return
         try:
             from pyspark import SparkContext
 
@@ -114,3 +120,12 @@ def check_python_workers(spark_context=None) -> None:
         f"SparkSession.builder...getOrCreate(), or spark-submit --conf "
         f"spark.pyspark.python=...): Spark's Python workers would not run an interpreter "
         f"with memwal_datasource ({when}; {problem}).")
+
+
+def _connect_client() -> bool:
+    """True in a process that talks to Spark through Spark Connect (pyspark marks it)."""
+    try:
+        from pyspark.sql.utils import is_remote
+    except ImportError:
+        return False
+    return is_remote()
