@@ -15,7 +15,6 @@ import pytest
 
 from memwal_datasource.errors import ConfigError
 from memwal_datasource.spark import compact, partition_for_table
-from memwal_datasource.spark import connect as session_paths
 from tests.spark.connect.helpers import first_line, on_worker, our_text
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
@@ -78,6 +77,8 @@ def test_client_side_calls_refuse_a_relative_path(connect_spark):
 @pytest.fixture
 def connect_worker(monkeypatch, tmp_path):
     """This process posing as a Connect session's worker: in its artifact directory."""
+    from memwal_datasource.spark import connect as session_paths
+
     session = "6f1c8e1e-3b1a-4a57-9d1b-2b8f8a7e0c11"
     here = tmp_path / "userFiles-x" / session
     here.mkdir(parents=True)
@@ -88,6 +89,7 @@ def connect_worker(monkeypatch, tmp_path):
 
 def test_a_relative_path_is_refused_where_the_jvm_directory_is_unknown(connect_worker,
                                                                        monkeypatch):
+    from memwal_datasource.spark import connect as session_paths
     from memwal_datasource.spark.options import WriteOptions
     from memwal_datasource.spark.source import checkpoint_query_id
 
@@ -109,6 +111,7 @@ def test_a_relative_path_is_refused_where_the_jvm_directory_is_unknown(connect_w
 
 def test_a_relative_path_resolves_against_the_jvm_directory(connect_worker, monkeypatch,
                                                             tmp_path):
+    from memwal_datasource.spark import connect as session_paths
     from memwal_datasource.spark.options import ReadOptions
     from memwal_datasource.spark.source import checkpoint_query_id
 
