@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from ..errors import ConfigError
+from .connect import is_connect
 
 # Modules a worker must import: ours and the native pieces it loads.
 REQUIRED_MODULES = ("memwal_datasource", "lance", "pyarrow")
@@ -91,6 +92,14 @@ def check_python_workers(spark_context=None) -> None:
     first memwal read or write with ``DATA_SOURCE_NOT_FOUND``).
     """
     sc = spark_context
+    if sc is not None and is_connect(sc):
+        raise ConfigError(
+            "Install memwal_datasource in the Spark Connect server's Python workers' "
+            "interpreter (spark.pyspark.python where the server starts) and on its executors, "
+            "and call check_python_workers() without arguments (it does nothing on a Connect "
+            "client): this check reads a classic SparkContext, and a Spark Connect session has "
+            "none (a server that lacks the package fails the first memwal read or write with "
+            "DATA_SOURCE_NOT_FOUND).")
     if sc is None:
         if _connect_client():
             return

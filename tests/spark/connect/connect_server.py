@@ -101,8 +101,23 @@ def _wait_listening(server: ConnectServer, deadline_s: float) -> None:
 
 def start_connect_server(workdir: Path | str, master: str = "local[2,4]",
                          timeout: float = READY_TIMEOUT_S) -> ConnectServer:
-    """Start a Connect server with its working directory ``workdir``; raise if it fails."""
-    workdir = Path(workdir)
+    """Start a Connect server with its working directory ``workdir``; raise if it fails.
+
+    Tried twice: the free port is chosen long before the JVM binds it, and
+    another process may take it meanwhile (the server then exits at startup).
+    """
+    errors = []
+    for attempt in range(2):
+        try:
+            return _start(Path(workdir), master, timeout, attempt)
+        except ConnectServerUnavailable as exc:
+            errors.append(f"attempt {attempt + 1}: {exc}")
+            if "exited at startup" not in str(exc):
+                break  # alive but not listening: a second try would wait as long again
+    raise ConnectServerUnavailable("\n".join(errors))
+
+
+def _start(workdir: Path, master: str, timeout: float, attempt: int) -> ConnectServer:
     workdir.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     conf = {
@@ -126,7 +141,7 @@ def start_connect_server(workdir: Path | str, master: str = "local[2,4]",
     # The server must not mistake itself for a Connect client.
     for key in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE"):
         env.pop(key, None)
-    log_path = workdir.parent / f"{workdir.name}-server.log"
+    log_path = workdir.parent / f"{workdir.name}-server-{attempt}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
     try:
         proc = subprocess.Popen(args, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,

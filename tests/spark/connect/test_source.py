@@ -19,6 +19,16 @@ def test_register_from_the_client(connect_spark, tmp_path):
     assert connect_spark.read.format("memwal").load(path).count() == 7
 
 
+def test_the_classic_interpreter_check_says_what_to_do_on_a_connect_session(connect_spark):
+    from memwal_datasource.errors import ConfigError
+    from memwal_datasource.spark.interpreter import check_python_workers
+
+    check_python_workers()  # a Connect client: nothing to check here
+    with pytest.raises(ConfigError, match=r"^Install memwal_datasource in the Spark Connect "
+                                          r"server's Python workers' interpreter "):
+        check_python_workers(connect_spark)
+
+
 def test_primary_key_upserts(connect_spark, tmp_path):
     path = str(tmp_path / "users.lance")
     opts = {"primary_key": "id"}
