@@ -29,13 +29,23 @@ round's rows therefore pass through the driver: bound them with
 A task that fails is retried by Spark (reads are idempotent); a driver that
 dies leaves an intent or a committed round, which the next run (Spark or
 not) finishes or skips, exactly as in the core.
+
+**Classic and Spark Connect alike.** The tasks are DataFrame operations a
+Connect client can send (``spark.range`` with one partition per shard, then
+``mapInArrow``), not ``sparkContext.parallelize``; the "driver" steps run in
+the calling process, the user's driver or Connect client, which must reach
+the table's storage (an object store, or local disk shared with the server).
+Each round's job carries the tag :data:`COMPACTION_TAG`
+(``spark.interruptTag(COMPACTION_TAG)`` cancels it) and, in a classic session,
+a job description for Spark's UI; Connect has no per-job description.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -53,9 +63,12 @@ from ..maintenance.compact import (
 )
 from ..maintenance.compact import compact as core_compact
 from ..table.view import CompactionRound, TableView, last_per_key
+from .connect import client_path, is_connect
 
 log = logging.getLogger("memwal_datasource")
 ORDER = "__memwal_order"  # a row's place in the round's commit order
+COMPACTION_TAG = "memwal-compaction"  # every compaction job's Spark job tag
+ROWS = "rows"  # the tasks' one column: a shard's rows as Arrow IPC
 
 
 def shard_tasks(ranges: list[CommittedRange]) -> list[list[tuple[int, CommittedRange]]]:
@@ -84,6 +97,42 @@ def read_task(uri: str, storage_options: dict[str, str], schema: pa.Schema, pk: 
     return sink.getvalue().to_pybytes()
 
 
+@contextlib.contextmanager
+def _job_labelled(spark, description: str) -> Iterator[None]:
+    """Label the Spark jobs started inside: :data:`COMPACTION_TAG` always, and in a
+    classic session ``description`` (Spark's UI); the thread's earlier labels return."""
+    spark.addTag(COMPACTION_TAG)
+    sc = None if is_connect(spark) else spark.sparkContext
+    before = sc.getLocalProperty("spark.job.description") if sc is not None else None
+    try:
+        if sc is not None:
+            sc.setJobDescription(description)
+        yield
+    finally:
+        if sc is not None:
+            sc.setJobDescription(before)
+        spark.removeTag(COMPACTION_TAG)
+
+
+def read_on_executors(spark, uri: str, storage_options: dict[str, str], schema: pa.Schema,
+                      pk: list[str], groups: list[list[tuple[int, CommittedRange]]]
+                      ) -> list[pa.Buffer]:
+    """Each group's :func:`read_task` in a Spark task of its own; their IPC streams.
+
+    ``spark.range(n)`` in ``n`` partitions gives task ``i`` exactly the index
+    ``i``; the groups travel in the function's closure (bounded by the round).
+    """
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                data = read_task(uri, storage_options, schema, pk, groups[i])
+                yield pa.record_batch([pa.array([data], pa.binary())], names=[ROWS])
+
+    n = len(groups)
+    parts = spark.range(0, n, 1, n).mapInArrow(read, f"{ROWS} binary").toArrow()
+    return [value.as_buffer() for value in parts.column(ROWS) if value.is_valid]
+
+
 def _round_on_spark(spark, storage_options: dict[str, str]):
     """A ``run_round`` for the core loop: read on executors, fold and commit on the driver."""
 
@@ -96,11 +145,12 @@ def _round_on_spark(spark, storage_options: dict[str, str]):
         groups = shard_tasks(ranges)
         uri = table.uri
         if groups:
-            spark.sparkContext.setJobDescription(
-                f"memwal compaction round {rnd.number}: read {len(ranges)} range(s) of "
-                f"{len(groups)} shard(s) of {uri}")
-            parts = (spark.sparkContext.parallelize(groups, len(groups))
-                     .map(lambda g: read_task(uri, storage_options, schema, pk, g)).collect())
+            with _job_labelled(spark, f"memwal compaction round {rnd.number}: read "
+                               f"{len(ranges)} range(s) of {len(groups)} shard(s) of {uri}"):
+                parts = read_on_executors(spark, uri, storage_options, schema, pk, groups)
+            if len(parts) != len(groups):  # Spark returns every task's row, or fails
+                raise RuntimeError(f"memwal compaction round {rnd.number}: {len(groups)} "
+                                   f"task(s) returned {len(parts)} result(s)")
             rows = pa.concat_tables(pa.ipc.open_stream(p).read_all() for p in parts)
             rows = rows.sort_by(ORDER).drop_columns([ORDER])
         else:
@@ -128,8 +178,12 @@ def compact(spark, path: str, storage_options: Mapping[str, str] | None = None, 
     Same rounds, intents and compare-and-set as :func:`memwal_datasource.compact`
     (see the module doc for what runs where); safe against concurrent and
     crashed compactors of either kind. Logs a line per round and a summary.
+    ``spark`` is a classic or a Spark Connect session; from a Connect client,
+    ``path`` must be absolute or a URI (the client's working directory is not
+    the server's).
     """
     opts = dict(storage_options or {})
+    path = client_path(spark, path, "the path argument of compact()")
     table = TableView(path, opts)
     t0 = time.perf_counter()
     done = 0

@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from ..errors import ConfigError
+from .connect import is_connect
 
 # Modules a worker must import: ours and the native pieces it loads.
 REQUIRED_MODULES = ("memwal_datasource", "lance", "pyarrow")
@@ -85,9 +86,23 @@ def check_python_workers(spark_context=None) -> None:
 
     ``spark_context`` defaults to the active one in this process; without one
     (inside a Spark worker, or under Spark Connect) there is nothing to check.
+    A Spark Connect client is skipped even when its process also holds a
+    SparkContext: the workers that matter are the Connect server's, which a
+    client cannot see (a server whose interpreter lacks the package fails the
+    first memwal read or write with ``DATA_SOURCE_NOT_FOUND``).
     """
     sc = spark_context
+    if sc is not None and is_connect(sc):
+        raise ConfigError(
+            "Install memwal_datasource in the Spark Connect server's Python workers' "
+            "interpreter (spark.pyspark.python where the server starts) and on its executors, "
+            "and call check_python_workers() without arguments (it does nothing on a Connect "
+            "client): this check reads a classic SparkContext, and a Spark Connect session has "
+            "none (a server that lacks the package fails the first memwal read or write with "
+            "DATA_SOURCE_NOT_FOUND).")
     if sc is None:
+        if _connect_client():
+            return
         try:
             from pyspark import SparkContext
 
@@ -114,3 +129,12 @@ def check_python_workers(spark_context=None) -> None:
         f"SparkSession.builder...getOrCreate(), or spark-submit --conf "
         f"spark.pyspark.python=...): Spark's Python workers would not run an interpreter "
         f"with memwal_datasource ({when}; {problem}).")
+
+
+def _connect_client() -> bool:
+    """True in a process that talks to Spark through Spark Connect (pyspark marks it)."""
+    try:
+        from pyspark.sql.utils import is_remote
+    except ImportError:
+        return False
+    return is_remote()

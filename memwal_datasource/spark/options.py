@@ -21,9 +21,9 @@ from ..log.commit import STREAM_KEY_PREFIX, Txn
 from ..maintenance.thresholds import Thresholds
 from ..options import normalize, redact
 from ..shard.leases import DEFAULT_TTL_S
-from ..store import local_path
 from ..table.sharding import Sharding, ShardingRequest
 from ..write.native import check_native_config
+from .connect import resolve_local
 from .option_table import (
     DEFAULT_LEASE_WAIT_S,
     READS,
@@ -41,6 +41,8 @@ SPARK_QUEUE_ENTRIES = 2
 # Shard ids are uuid5 in this namespace of (table, writer group, slot).
 SHARD_NAMESPACE = uuid.UUID("5d0f3c39-2a64-4a55-9a0e-6d2c7c3b8b1e")
 OPERATIONS = ("upsert", "delete")
+# How errors name the table location (Spark passes .save(p) / .load(p) as option 'path').
+PATH_OPTION = "option 'path' (the .save() / .load() argument)"
 VIEWS = ("tail", "table")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
@@ -56,7 +58,9 @@ def table_path(options: Mapping[str, str]) -> str:
 
     A relative local path is made absolute here, on the driver, once: executors
     run in other working directories, and would otherwise write the WAL under
-    theirs while the driver commits under its own.
+    theirs while the driver commits under its own. It is resolved where Spark
+    resolves its own sources' relative paths, also under Spark Connect, whose
+    planning workers run elsewhere (:func:`~.connect.resolve_local`).
     """
     path = options.get("path") or options.get("location")
     if not path:
@@ -73,7 +77,7 @@ def table_path(options: Mapping[str, str]) -> str:
     path = path.rstrip("/") or "/"
     # A local path or file:// URI becomes one plain absolute path, given to our
     # store and to pylance alike (see store.local_path).
-    return local_path(path) or path
+    return resolve_local(path, PATH_OPTION) or path
 
 
 def _seconds(options: Mapping[str, str], name: str, default: float, zero_ok: bool) -> float:

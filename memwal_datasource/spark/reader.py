@@ -24,7 +24,7 @@ from ..shard.writer_base import cast_columns
 from ..store import open_store
 from ..table.view import TOMBSTONE, TableView, field_ids, last_per_key
 from .options import ReadOptions
-from .worker_entry import enter, entry_point
+from .worker_entry import enter, entry_point, plain_errors
 
 METADATA_FIELDS = [
     pa.field("_shard_id", pa.string(), nullable=False),
@@ -209,7 +209,7 @@ class MemWalBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         enter()  # a generator's imports are caught by the worker's next request
         if isinstance(partition, BaseFragment | MergedTail):
-            return read_table_part(self.opts, partition)
+            return plain_errors(read_table_part(self.opts, partition))
         if not partition.shard_id:
             return iter(())
-        return read_partition(self.opts, self.table_schema, partition)
+        return plain_errors(read_partition(self.opts, self.table_schema, partition))

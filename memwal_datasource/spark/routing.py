@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..table.sharding import BUCKET, IDENTITY, Sharding, table_sharding
 from ..table.view import open_table, table_exists
+from .connect import client_path
 from .options import STORAGE_PREFIX, WriteOptions, storage_options, table_path
 from .prepare import prepare_table
 
@@ -102,12 +103,18 @@ def partition_for_table(df, path: str, storage_options: Mapping[str, str] | None
     a missing table is first created, empty, from ``df``'s schema exactly as
     that write would create it (its default or ``shard_by_*`` spec): the first
     write of a primary-key table can then be partitioned too.
+
+    Works on classic and Spark Connect DataFrames; it reads (and may create)
+    the table from the calling process, so from a Connect client ``path``
+    must be absolute or a URI, reachable from the client as from the server.
     """
     from pyspark.sql import functions as F
 
     opts = {k[len(STORAGE_PREFIX):] if k.startswith(STORAGE_PREFIX) else k: v
             for k, v in (storage_options or {}).items()}
-    uri = table_path({"path": path})
+    # Resolved here, in the caller's process: on a Connect client a relative path is refused.
+    uri = table_path({"path": client_path(df, path, "the path argument of "
+                                                    "partition_for_table()")})
     storage = storage_options_of(opts)
     if create_options is not None and not table_exists(uri, storage):
         _create_like_write(df, uri, storage, create_options)

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource
@@ -29,6 +29,7 @@ from ..log.commit import COMMITS_DIR, OVERWRITE, Txn, stream_app_id
 from ..options import scrub_url
 from ..store import ObjectStore, open_store
 from ..table.table_info import TableInfo, describe_table
+from .connect import resolve_local
 from .interpreter import check_python_workers
 from .options import ReadOptions, WriteOptions
 from .prepare import check_store, prepare_table, prepare_table_info
@@ -77,6 +78,8 @@ class SparkBatchWriter(MemWalBatchWriter):
                                         self.opts.config.enable_memtable))
 
 
+# How errors name a stream sink's checkpoint.
+CHECKPOINT_OPTION = "option 'checkpointLocation'"
 # Where each stream with an explicit query_id marks itself live (one file per checkpoint).
 STREAMS_DIR = "_memwal_streams"
 # A mark this recent is a live stream's (streams renew it every micro-batch).
@@ -167,18 +170,19 @@ def checkpoint_query_id(location: str) -> str:
     Spark's Python API gives a sink its options only (not Spark's query id),
     so the checkpoint location is the stable identity. It is normalised first,
     so ``ck``, ``ck/``, ``./ck``, ``/abs/ck`` and ``file:///abs/ck`` are one
-    query: local paths become absolute (relative ones against the working
-    directory, as Spark resolves them), ``file:`` URIs become paths, and other
-    URIs lose trailing slashes and ``.`` segments. An absolute path or URI
-    keeps the identity earlier versions derived from it.
+    query: local paths become absolute (relative ones against the directory
+    Spark resolves them in, the JVM's working directory, never a Connect
+    worker's own: :func:`~.connect.resolve_local`), ``file:`` URIs become
+    paths, and other URIs lose trailing slashes and ``.`` segments. An
+    absolute path or URI keeps the identity earlier versions derived from it.
     """
     text = location.strip()
-    parsed = urlparse(text)
-    scheme = parsed.scheme.lower()
-    if len(scheme) <= 1 or scheme == "file":  # a plain path, a drive letter, or file:
-        path = unquote(parsed.path) if scheme == "file" else text
-        canonical = os.path.normpath(os.path.abspath(path))
+    local = resolve_local(text, CHECKPOINT_OPTION)
+    if local is not None:
+        canonical = os.path.normpath(local)
     else:
+        parsed = urlparse(text)
+        scheme = parsed.scheme.lower()
         path = posixpath.normpath(parsed.path).rstrip("/") if parsed.path else ""
         canonical = f"{scheme}://{parsed.netloc}{'' if path == '.' else path}"
     return str(uuid.uuid5(uuid.NAMESPACE_URL, canonical))
@@ -287,7 +291,9 @@ class MemWalDataSource(DataSource):
                                   "'query_id') to commit each micro-batch exactly once")
             query_id = checkpoint_query_id(location)
         elif location:
-            mark = StreamMark(query_id, location)
+            # Resolved here, once: the mark is renewed in other workers (the commit's).
+            mark = StreamMark(query_id, resolve_local(location.strip(), CHECKPOINT_OPTION)
+                              or location)
         opts = WriteOptions.parse(raw)
         table = prepare_table_info(opts, schema)
         writer = SparkStreamWriter(opts, without_row_key(table.schema), overwrite, query_id,

@@ -56,7 +56,7 @@ from ..log.holds import DEFAULT_HOLD_TTL_S, HoldKeeper
 from ..store import open_store
 from .options import ReadOptions, StreamStart
 from .reader import WalRange, read_partition, split
-from .worker_entry import enter, entry_point
+from .worker_entry import enter, entry_point, plain_error
 
 log = logging.getLogger("memwal_datasource")
 
@@ -334,10 +334,15 @@ class MemWalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             yield from read_partition(self.opts, self.table_schema, partition)
         except CollectedError as exc:
-            raise CollectedError(
+            error = CollectedError(
                 "Restart the query from its checkpoint: the micro-batch is planned again from "
                 "what is stored, skipping (and logging) the commit records garbage collection "
-                f"deleted, whose rows are in the base table. {exc}") from None
+                f"deleted, whose rows are in the base table. {exc}")
+            plain_error(error)
+            raise error from None
+        except MemWalError as exc:
+            plain_error(exc)
+            raise
 
     def commit(self, end: dict) -> None:
         """Move this run's hold past the committed micro-batch (gc may release it)."""
