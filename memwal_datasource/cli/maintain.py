@@ -37,7 +37,8 @@ def compact(uri: str, dry_run: bool, max_records_per_round: int, max_bytes_per_r
     kill at any point: a re-run finishes what was started and never counts a
     row twice. Tables without a primary key get a hidden `_memwal_row` column in
     the base table on their first compaction. For tables too big for one process,
-    run `memwal_datasource.spark.compact(spark, PATH)` from a Spark driver.
+    run `memwal_datasource.spark.compact(spark, PATH)` from a Spark driver or a Spark
+    Connect client.
     """
     from rich.progress import (
         BarColumn,
