@@ -168,20 +168,30 @@ class CommitLogReader:
         """
         if after < self.boundary(refresh=True):
             raise self._released_before(after)
-        seq = after + 1
+        seq, fresh = after + 1, False
         while True:
-            rec, _ = self._fetch(seq)
+            rec, asked = self._fetch(seq)
             if rec is None:
                 break
             yield rec
-            seq += 1
+            seq, fresh = seq + 1, asked
         # Listed after the reads: a stray among them (a number freed and filled again
-        # since the first look) is at or below the boundary this finds.
+        # since the first look) is at or below the boundary this finds. Records above
+        # the boundary are never collected, so the first missing one is the tip.
         if after < self.boundary(refresh=True):
             raise self._released_before(after)
-        ck = self._ckpt
-        if ck is not None and ck.sequence >= seq:
-            raise self._released_before(after)  # records after ``after`` were collected
+        if self._released:
+            return
+        # A log collected before collections stored their boundary: the log ends at
+        # ``seq`` only if record ``seq - 1`` is still stored (collections went in order).
+        last = seq - 1
+        if (last > after and fresh) or (last >= 1 and not self._collected(last)):
+            return
+        if last == 0 and self.latest_checkpoint() is None:
+            return  # an empty log
+        ck = self._relist()
+        if ck is not None and ck.sequence > after:
+            raise self._released_before(after)
 
     def _released_before(self, after: int) -> MemWalError:
         ck = self._ckpt
