@@ -238,7 +238,7 @@ class CommitLog(CommitLogReader):
                         hooks.point("commit.intent", intent_id=intent.intent_id,
                                     job_id=rec.job_id)
                     result = self._group_step(rec, intent, txn, waited)
-                except StoreError as exc:
+                except (StoreError, OSError) as exc:  # OSError: local disk (EIO, ESTALE)
                     failing = self._store_failed(exc, failing, rec.job_id)
                     continue
                 failing = None
@@ -273,7 +273,7 @@ class CommitLog(CommitLogReader):
                 return None
         return self._put_group(rec, intent, others, txn, seq, checked)
 
-    def _store_failed(self, exc: StoreError, since: float | None, job_id: str) -> float:
+    def _store_failed(self, exc: Exception, since: float | None, job_id: str) -> float:
         """A store error after our intent or record may be stored: back off and read on,
         or :class:`OutcomeUnknown` once the store has failed for :data:`UNREACHABLE_S`."""
         now = time.monotonic()
@@ -394,22 +394,26 @@ class CommitLog(CommitLogReader):
 
     def _verify_landed(self, rec: CommitRecord, deadline: float) -> bool:
         """Whether our record, just stored at its number, is a record of the log (see
-        docs/protocol.md, "Invariants"): exactly when its number is above the released
-        boundary listed after the PUT.
+        docs/protocol.md, "Invariants").
 
-        At or below it, our PUT filled a number a collector had freed (a collection
-        records the boundary, then a checkpoint folding it, before it deletes): no
-        reader takes it, so it is deleted (or gc deletes it) and the caller commits
-        again. Store errors while finding out are retried until ``deadline``, then
-        :class:`OutcomeUnknown`: the record is stored and may be ours.
+        Its number above the released boundary listed after the PUT: yes, always. At or
+        below it, either our PUT filled a number a collector had freed (a stray: no
+        reader takes it, so it is deleted and the caller commits again), or we stalled
+        after a fresh PUT while our record was folded, compacted and released: the
+        checkpoints' digests of their recent records tell the two apart, and
+        :class:`OutcomeUnknown` when none still knows the number. Store errors while
+        finding out are retried until ``deadline``, then :class:`OutcomeUnknown`.
         """
         seq = rec.sequence
         failing = None
         while True:
             try:
                 released = self.boundary(refresh=True)
+                if seq > released:
+                    return True  # no collector freed ``seq``: every fold will read ours
+                ours = self._digest_verdict(rec)
                 break
-            except StoreError as exc:
+            except (StoreError, OSError) as exc:
                 if time.monotonic() >= deadline:
                     raise OutcomeUnknown(
                         f"look the job up by its txnAppId or in the table's history (job "
@@ -417,8 +421,14 @@ class CommitLog(CommitLogReader):
                         f"store failed while checking that garbage collection had not freed "
                         f"that number (last error: {exc})") from exc
                 failing = self._store_failed(exc, failing, rec.job_id)
-        if seq > released:
-            return True  # no collector freed ``seq``: every fold will read ours
+        if ours is None:
+            raise OutcomeUnknown(
+                f"look the job up by its txnAppId or in the table's history (job "
+                f"{rec.job_id}): its commit record {seq} stalled so long that garbage "
+                f"collection released the records around it, and no stored checkpoint "
+                f"still says whose record it folded there")
+        if ours:
+            return True  # folded, compacted and released while we stalled: committed
         try:  # a stray: no reader takes it (readers refuse every number <= released)
             self.store.delete(record_key(seq))
         except FileNotFoundError:
@@ -429,6 +439,16 @@ class CommitLog(CommitLogReader):
         log.warning("commit record %d filled a number garbage collection had released (up "
                     "to %d); committing again at a new number", seq, released)
         return False
+
+    def _digest_verdict(self, rec: CommitRecord) -> bool | None:
+        """Whether the stored checkpoints folded *our* record at its number (``None``: no
+        stored checkpoint's recent records reach back to it)."""
+        for ck_seq in sorted(s for s in self._checkpoint_sequences() if s >= rec.sequence):
+            ck = self._read_checkpoint(ck_seq)
+            digest = ck.recent.get(rec.sequence) if ck is not None else None
+            if digest is not None:
+                return digest == rec.digest()
+        return None
 
     def _auto_checkpoint(self, seq: int) -> None:
         if not self.checkpoint_interval or seq % self.checkpoint_interval:
