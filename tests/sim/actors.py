@@ -27,13 +27,14 @@ from memwal_datasource.format.commit_format import (
     CommittedRange,
     Txn,
     record_key,
+    released_sequence,
 )
 from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.log.holds import ReaderHold, ReaderHolds
 from memwal_datasource.maintenance import gc
 from memwal_datasource.store import MemoryStore
 
-from .scheduler import PROFILES, Scheduler, SimStore
+from .scheduler import PROFILES, SHAPED, Scheduler, SimStore
 
 
 @dataclass
@@ -69,7 +70,8 @@ class World:
     offsets: dict[str, list[int]] = field(default_factory=dict)
     reads: list[tuple[int, list[CommittedRange]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # violations actors saw themselves
-    stream_errors: list[tuple[str, int, str]] = field(default_factory=list)  # name, after, why
+    # name, after, the released boundary then, why
+    stream_errors: list[tuple[str, int, int, str]] = field(default_factory=list)
 
     def actor(self):
         return self.sched.current()
@@ -158,7 +160,7 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
         except CorruptEntryError:
             return
         except MemWalError as exc:
-            world.stream_errors.append((name, seq, str(exc)))
+            world.stream_errors.append((name, seq, released_now(world), str(exc)))
             return
         for rec in recs:
             seen.append((rec.sequence, rec.digest(),
@@ -166,6 +168,12 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
         if recs:
             seq = recs[-1].sequence
         offsets.append(seq)
+
+
+def released_now(world: World) -> int:
+    """The released boundary stored now (read outside the schedule)."""
+    return max((released_sequence(k) or 0 for k in world.inner.list(CHECKPOINTS_DIR + "/")),
+               default=0)
 
 
 def collector(world: World, runs: int, think: float) -> None:
@@ -222,27 +230,31 @@ def collect_once(world: World, table, rounds: list[tuple[int, int]]) -> None:
 
 def build(seed: int, known: tuple[str, ...] = ()) -> World:
     """A world chosen by ``seed``: a few committers, maybe a txnAppId re-run, an
-    overwrite, gc, a stream and a reader; one fault profile."""
+    overwrite, gc, a stream and a reader; one fault profile. One world in three is
+    a race: more committers over a longer time, gc often, more stalls (the stalls
+    that put strays into freed numbers need all three)."""
     cfg = random.Random(seed * 7919 + 17)
-    profile = cfg.choice(sorted(PROFILES))
-    sched = Scheduler(seed, dataclasses.replace(PROFILES[profile], oserror="oserror" in known,
+    race = cfg.random() < 0.35
+    profile = "race" if race else cfg.choice(sorted(PROFILES))
+    rates = {**PROFILES, **SHAPED}[profile]
+    sched = Scheduler(seed, dataclasses.replace(rates, oserror="oserror" in known,
                                                 verdict_stall="verdict-stall" in known))
     name = f"sim-{seed}"
     MemoryStore.reset(name)
     inner = MemoryStore(name)
     world = World(seed, profile, sched, inner, SimStore(inner, sched))
-    thinks = (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
+    thinks = (0.0, 2.0, 5.0, 10.0) if race else (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
 
     def job(actor: str, k: int, shard: str, epoch: int, first: int, kind: str = APPEND,
             txn: Txn | None = None) -> tuple[float, Job]:
         rng = [CommittedRange(shard, epoch, first, first + 4, rows=5)]
         return cfg.choice(thinks), Job(actor, f"{actor}.{k}", kind, rng, txn, 0, 0.0)
 
-    committers = cfg.randint(2, 4)
+    committers = cfg.randint(4, 5) if race else cfg.randint(2, 4)
     for i in range(committers):
-        actor, group = f"c{i}", cfg.random() < 0.7
+        actor, group = f"c{i}", (i > 0 or cfg.random() < 0.3) if race else cfg.random() < 0.7
         jobs = [job(actor, k, f"s{i % 2}", i + 1, 1000 * i + 10 * k + 1)
-                for k in range(cfg.randint(1, 3))]
+                for k in range(cfg.randint(2, 4) if race else cfg.randint(1, 3))]
         interval = cfg.choice((2, 2, 3, 4, None))
         fresh = cfg.random() < 0.7
         sched.spawn(actor, lambda a=actor, j=jobs, n=interval, g=group, f=fresh:
@@ -256,8 +268,9 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     if cfg.random() < 0.2:
         jobs = [job("ow", 0, "o", 1, 1, kind=OVERWRITE)]
         sched.spawn("ow", lambda j=jobs: committer(world, "ow", j, 3, False, True))
-    if cfg.random() < 0.85:
-        runs, think = cfg.randint(2, 5), cfg.choice((5.0, 12.0, 20.0))
+    if race or cfg.random() < 0.85:
+        runs = cfg.randint(6, 10) if race else cfg.randint(2, 5)
+        think = 5.0 if race else cfg.choice((5.0, 12.0, 20.0))
         sched.spawn("gc", lambda: collector(world, runs, think))
     if cfg.random() < 0.5:
         plans, think = cfg.randint(2, 4), cfg.choice((1.0, 10.0, 25.0))

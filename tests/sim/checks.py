@@ -91,7 +91,7 @@ def _unknown_allowed(world: World, job: Job) -> bool:
     stalls = [s for s, _ in actor.stalls if job.start <= s <= job.end]
     text = f"{job.error} {job.error.__cause__}"
     if "removed commit records after" in text:
-        since = actor.marks.get(f"commit.intent:{job.job_id}")
+        since = actor.marks.get(f"intent:{job.job_id}")
         return since is not None and any(s >= since for s in stalls)
     return bool(job.faults or stalls)
 
@@ -143,10 +143,10 @@ def check(world: World, known: tuple[str, ...] = ()) -> list[str]:
             if job.outcome == "created" and job.end_step < step and overwrite == 0 \
                     and any(rid(r) not in seen for r in job.ranges):
                 out.append(f"a read at step {step} missed job {job.job_id}, committed before")
-    for name, after, why in world.stream_errors:
-        if boundary > after or "stream-released" in known:
-            out.append(f"stream {name} failed after {after} (released boundary {boundary}): "
-                       f"{why}")
+    for name, after, released, why in world.stream_errors:
+        if released > after or "stream-released" in known:
+            out.append(f"stream {name} failed after {after} (released boundary then "
+                       f"{released}): {why}")
     if "abort-lookup" in known:
         out += _check_abort_lookup(world, truth)
     return out

@@ -12,6 +12,7 @@ same generator when a call is granted, so a seed replays the same schedule.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import re
@@ -34,7 +35,8 @@ TIME_MODULES = ("memwal_datasource.log.commit", "memwal_datasource.log.commit_re
                 "memwal_datasource.store.base", "memwal_datasource.store.memory")
 UUID_MODULES = ("memwal_datasource.log.commit", "memwal_datasource.log.commit_intents",
                 "memwal_datasource.maintenance.gc")
-STALLS_S = (12.0, 40.0, 75.0)  # past the commit deadline; past the retention; far past
+# Past the commit deadline; past the retention; far past it.
+STALLS_S = (12.0, 40.0, 75.0, 120.0)
 
 
 class Crash(BaseException):
@@ -74,6 +76,9 @@ PROFILES = {
     "mixed": Rates(error=0.01, lost=0.02, stall=0.02, crash=0.002, damage=0.002, delete=0.05),
     "storm": Rates(error=0.04, lost=0.04, stall=0.04, crash=0.004, damage=0.004, delete=0.2),
 }
+# Chosen by the world's shape (actors.build), not at random.
+SHAPED = {"race": Rates(error=0.01, lost=0.01, stall=0.06, crash=0.003, damage=0.002,
+                        delete=0.2)}
 
 
 @dataclass
@@ -266,6 +271,11 @@ class SimStore(DelegatingStore):
             actor = self.sched.current()
             if actor is not None:
                 actor.landed = True
+        if key.startswith(INTENTS_DIR + "/"):  # when the job's intent was first stored
+            actor = self.sched.current()
+            if actor is not None:
+                job_id = json.loads(data)["record"]["job_id"]
+                actor.marks.setdefault(f"intent:{job_id}", self.sched.now)
         if fault == "damage":
             self.damaged[key] = data
         else:
