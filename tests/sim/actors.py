@@ -101,7 +101,7 @@ def committer(world: World, name: str, jobs: list[tuple[float, Job]], interval: 
     """Commit ``jobs`` one after the other (a driver running job after job)."""
     log = CommitLog(world.store, checkpoint_interval=interval)
     for think, job in jobs:
-        world.sched.sleep(think)
+        world.sched.sleep(think, aligned=True)
         job.start_step, job.start = world.sched.step, world.sched.now
         world.jobs.append(job)
         if fresh:
@@ -112,7 +112,7 @@ def committer(world: World, name: str, jobs: list[tuple[float, Job]], interval: 
 def reader(world: World, reads: int, think: float) -> None:
     """A committed reader: a fresh log's visible ranges, now and then."""
     for _ in range(reads):
-        world.sched.sleep(think)
+        world.sched.sleep(think, aligned=True)
         step = world.sched.step
         try:
             world.reads.append((step, CommitLog(world.store).visible()))
@@ -139,9 +139,11 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
             hold(seq)
         except (OSError, StoreError):
             world.sched.sleep(1.0)
+        except CorruptEntryError:
+            return  # a damaged checkpoint: the stream fails naming it
     offsets.append(seq)
     for _ in range(plans):
-        world.sched.sleep(think)
+        world.sched.sleep(think, aligned=True)
         try:
             hold(seq)
             try:
@@ -182,7 +184,7 @@ def collector(world: World, runs: int, think: float) -> None:
     :data:`gc.MIN_RETAIN_SECONDS` after it."""
     rounds: list[tuple[int, int]] = []  # (done at ms, records folded up to)
     for _ in range(runs):
-        world.sched.sleep(think)
+        world.sched.sleep(think, aligned=True)
         table = types.SimpleNamespace(store=world.store, uri=world.store.uri,
                                       commits=CommitLog(world.store, checkpoint_interval=None))
         try:
@@ -243,7 +245,7 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     MemoryStore.reset(name)
     inner = MemoryStore(name)
     world = World(seed, profile, sched, inner, SimStore(inner, sched))
-    thinks = (0.0, 2.0, 5.0, 10.0) if race else (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
+    thinks = (0.0, 2.0, 5.0, 10.0, 20.0) if race else (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
 
     def job(actor: str, k: int, shard: str, epoch: int, first: int, kind: str = APPEND,
             txn: Txn | None = None) -> tuple[float, Job]:
@@ -254,7 +256,7 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     for i in range(committers):
         actor, group = f"c{i}", (i > 0 or cfg.random() < 0.3) if race else cfg.random() < 0.7
         jobs = [job(actor, k, f"s{i % 2}", i + 1, 1000 * i + 10 * k + 1)
-                for k in range(cfg.randint(2, 4) if race else cfg.randint(1, 3))]
+                for k in range(cfg.randint(2, 6) if race else cfg.randint(1, 3))]
         interval = cfg.choice((2, 2, 3, 4, None))
         fresh = cfg.random() < 0.7
         sched.spawn(actor, lambda a=actor, j=jobs, n=interval, g=group, f=fresh:
@@ -269,7 +271,7 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
         jobs = [job("ow", 0, "o", 1, 1, kind=OVERWRITE)]
         sched.spawn("ow", lambda j=jobs: committer(world, "ow", j, 3, False, True))
     if race or cfg.random() < 0.85:
-        runs = cfg.randint(6, 10) if race else cfg.randint(2, 5)
+        runs = cfg.randint(6, 16) if race else cfg.randint(2, 5)
         think = 5.0 if race else cfg.choice((5.0, 12.0, 20.0))
         sched.spawn("gc", lambda: collector(world, runs, think))
     if cfg.random() < 0.5:

@@ -90,9 +90,10 @@ def _unknown_allowed(world: World, job: Job) -> bool:
     actor = next(a for a in world.sched.actors if a.name == job.actor)
     stalls = [s for s, _ in actor.stalls if job.start <= s <= job.end]
     text = f"{job.error} {job.error.__cause__}"
-    if "removed commit records after" in text:
+    if "removed commit records after" in text:  # a stall from the intent to that finding
         since = actor.marks.get(f"intent:{job.job_id}")
-        return since is not None and any(s >= since for s in stalls)
+        found = actor.marks.get(f"unknown:{job.job_id}", job.end)
+        return since is not None and any(since <= s and e <= found for s, e in actor.stalls)
     return bool(job.faults or stalls)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 import re
 import threading
@@ -55,6 +56,7 @@ class Rates:
     error: float = 0.0  # an error after the client's retries (nothing happened)
     lost: float = 0.0  # a write lands, its acknowledgement is lost
     stall: float = 0.0  # descheduled while the clock moves on, then the call runs
+    stall_record: float = 0.0  # ... for a record PUT (where a stray comes from)
     crash: float = 0.0  # the process dies at this call
     damage: float = 0.0  # a record, intent or checkpoint stored empty or truncated
     delete: float = 0.0  # a DELETE fails
@@ -77,8 +79,8 @@ PROFILES = {
     "storm": Rates(error=0.04, lost=0.04, stall=0.04, crash=0.004, damage=0.004, delete=0.2),
 }
 # Chosen by the world's shape (actors.build), not at random.
-SHAPED = {"race": Rates(error=0.01, lost=0.01, stall=0.06, crash=0.003, damage=0.002,
-                        delete=0.2)}
+SHAPED = {"race": Rates(error=0.01, lost=0.01, stall=0.04, stall_record=0.25, crash=0.003,
+                        damage=0.002, delete=0.2)}
 
 
 @dataclass
@@ -168,8 +170,10 @@ class Scheduler:
 
     # --- what actors call --------------------------------------------------------------
 
-    def sleep(self, seconds: float) -> None:
-        """``time.sleep`` in an actor: wait on the virtual clock, letting others run."""
+    def sleep(self, seconds: float, aligned: bool = False) -> None:
+        """``time.sleep`` in an actor: wait on the virtual clock, letting others run.
+        ``aligned``: until the next whole second after it (jobs and stalls end on the
+        same tick, so they meet: contention)."""
         actor = self.current()
         if actor is None:
             self.now += max(seconds, 0.0)
@@ -177,6 +181,8 @@ class Scheduler:
         if actor.dead:
             raise Crash
         actor.wake = self.now + max(seconds, 0.0)
+        if aligned:
+            actor.wake = float(math.ceil(actor.wake))
         self._park(actor)
 
     def enter(self, op: str, key: str) -> str:
@@ -196,10 +202,10 @@ class Scheduler:
             actor.landed = False
         if fault == "stall":
             stall = STALLS_S[self.rng.randrange(len(STALLS_S))]
-            actor.stalls.append((self.now, self.now + stall))
             self.trace.append((self.step, actor.name, op, short(key), f"stall {stall:g} s"))
-            actor.wake = self.now + stall
-            self._park(actor)
+            start = self.now
+            self.sleep(stall, aligned=True)
+            actor.stalls.append((start, self.now))
             fault = ""
         self.trace.append((self.step, actor.name, op, short(key), fault))
         if fault == "crash":
@@ -215,7 +221,9 @@ class Scheduler:
         if not r.any():
             return ""
         roll = self.rng.random()
-        for name, p in (("crash", r.crash), ("stall", r.stall),
+        stall = r.stall_record if op == "put_if_absent" and key.startswith(COMMITS_DIR + "/0") \
+            else r.stall
+        for name, p in (("crash", r.crash), ("stall", max(stall, r.stall)),
                         ("error", r.delete if op == "delete" else r.error),
                         ("lost", r.lost if op in ("put_if_absent", "put") else 0.0),
                         ("damage", r.damage if op in ("put_if_absent", "put")
@@ -259,6 +267,11 @@ class SimStore(DelegatingStore):
     def _write(self, op: str, key: str, data, write: Callable[[bytes], None]) -> None:
         fault = self.sched.enter(op, key)
         data = bytes(data)
+        if key.startswith(INTENTS_DIR + "/"):  # when the job's intent may first be stored
+            actor = self.sched.current()
+            if actor is not None:
+                job_id = json.loads(data)["record"]["job_id"]
+                actor.marks.setdefault(f"intent:{job_id}", self.sched.now)
         if fault == "error":
             raise self._error(f"injected failure writing {key}")
         body = data
@@ -271,11 +284,6 @@ class SimStore(DelegatingStore):
             actor = self.sched.current()
             if actor is not None:
                 actor.landed = True
-        if key.startswith(INTENTS_DIR + "/"):  # when the job's intent was first stored
-            actor = self.sched.current()
-            if actor is not None:
-                job_id = json.loads(data)["record"]["job_id"]
-                actor.marks.setdefault(f"intent:{job_id}", self.sched.now)
         if fault == "damage":
             self.damaged[key] = data
         else:
@@ -354,6 +362,16 @@ def simulated(sched: Scheduler) -> Iterator[None]:
     removers = [hooks.register(point, lambda name=point, job_id=None, **_:
                                sched.mark(name, job_id))
                 for point in ("commit.intent", "commit.stray")]
+    from memwal_datasource.log.commit import CommitLog
+
+    unknown = CommitLog.__dict__["_unknown"]
+
+    def noted_unknown(log, intent):  # when a commit first found its window collected
+        sched.mark("unknown", intent.record.job_id)
+        return unknown(log, intent)
+
+    saved.append((CommitLog, "_unknown", unknown))
+    CommitLog._unknown = noted_unknown
     quiet = logging.getLogger("memwal_datasource")
     level, quiet.level = quiet.level, logging.CRITICAL
     try:
