@@ -27,14 +27,13 @@ from memwal_datasource.format.commit_format import (
     CommittedRange,
     Txn,
     record_key,
-    released_sequence,
 )
 from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.log.holds import ReaderHold, ReaderHolds
 from memwal_datasource.maintenance import gc
 from memwal_datasource.store import MemoryStore
 
-from .scheduler import PROFILES, SHAPED, Scheduler, SimStore
+from .scheduler import PROFILES, SHAPED, Scheduler, SimStore, released_now
 
 
 @dataclass
@@ -70,6 +69,7 @@ class World:
     offsets: dict[str, list[int]] = field(default_factory=dict)
     reads: list[tuple[int, list[CommittedRange]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # violations actors saw themselves
+    strays_folded: list[str] = field(default_factory=list)  # see checks.watch_folds
     # name, after, the released boundary then, why
     stream_errors: list[tuple[str, int, int, str]] = field(default_factory=list)
 
@@ -162,7 +162,7 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
         except CorruptEntryError:
             return
         except MemWalError as exc:
-            world.stream_errors.append((name, seq, released_now(world), str(exc)))
+            world.stream_errors.append((name, seq, released_now(world.inner), str(exc)))
             return
         for rec in recs:
             seen.append((rec.sequence, rec.digest(),
@@ -170,12 +170,6 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
         if recs:
             seq = recs[-1].sequence
         offsets.append(seq)
-
-
-def released_now(world: World) -> int:
-    """The released boundary stored now (read outside the schedule)."""
-    return max((released_sequence(k) or 0 for k in world.inner.list(CHECKPOINTS_DIR + "/")),
-               default=0)
 
 
 def collector(world: World, runs: int, think: float) -> None:

@@ -8,14 +8,17 @@ is checked against it, so a reader that folded a stray, or a committer told
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections import Counter
+from collections.abc import Iterator
 
 from memwal_datasource.errors import CorruptEntryError
 from memwal_datasource.format.commit_format import (
     COMMITS_DIR,
     COMMITTED,
     OVERWRITE,
+    Checkpoint,
     CommitRecord,
     record_key,
 )
@@ -84,28 +87,67 @@ def _truth(world: World, log: CommitLog, out: list[str]) -> dict[int, CommitReco
     return truth
 
 
-def _unknown_allowed(world: World, job: Job) -> bool:
-    """An OutcomeUnknown needs a reason: store errors, or a stall (for "garbage
-    collection removed records" a stall after the job's intent was stored)."""
+def _unknown_allowed(world: World, job: Job, known: tuple[str, ...]) -> bool:
+    """An OutcomeUnknown needs a reason: store errors, or a stall; for "garbage
+    collection removed records after" a stall from the intent PUT to that finding.
+    Unless asked for, the known bug "stale-after" is excused: an intent written
+    from a stale view (its window begins at a number released or stored long
+    before), but not after a stray of its own at ``after`` (issue 44's defect 5)."""
     actor = next(a for a in world.sched.actors if a.name == job.actor)
-    stalls = [s for s, _ in actor.stalls if job.start <= s <= job.end]
+    stalls = [(s, e) for s, e, _ in actor.stalls if job.start <= s <= job.end]
     text = f"{job.error} {job.error.__cause__}"
-    if "removed commit records after" in text:  # a stall from the intent to that finding
-        since = actor.marks.get(f"intent:{job.job_id}")
-        found = actor.marks.get(f"unknown:{job.job_id}", job.end)
-        return since is not None and any(since <= s and e <= found for s, e in actor.stalls)
-    return bool(job.faults or stalls)
+    if "removed commit records after" not in text:
+        return bool(job.faults or stalls)
+    since = actor.marks.get(f"intent:{job.job_id}")
+    found = actor.marks.get(f"unknown:{job.job_id}", job.end)
+    if since is None:
+        return False
+    if any(since <= s and e <= found for s, e in stalls):
+        return True
+    after = actor.marks[f"after:{job.job_id}"]
+    stray = actor.marks.get(f"stray:{after}")
+    own_stray = stray is not None and job.start <= stray <= since
+    return "stale-after" not in known and not own_stray and actor.marks[f"stale:{job.job_id}"]
+
+
+@contextlib.contextmanager
+def watch_folds(world: World) -> Iterator[None]:
+    """Note every stray an actor's fold takes (a body at a number other than the
+    first one stored there, which is the record): the known bug "fold-stray"."""
+    orig = Checkpoint.fold
+    firsts: dict[int, str] = {}
+
+    def fold(state, rec):
+        bodies = world.store.landed.get(record_key(rec.sequence), ())
+        actor = world.sched.current()
+        if len(bodies) > 1 and actor is not None:
+            first = firsts.get(rec.sequence)
+            if first is None:
+                first = firsts[rec.sequence] = CommitRecord.from_json(bodies[0], "").digest()
+            if rec.digest() != first:
+                world.strays_folded.append(f"{actor.name} folded a stray at {rec.sequence} "
+                                           f"(of job {rec.job_id}) at step {world.sched.step}")
+        return orig(state, rec)
+
+    Checkpoint.fold = fold
+    try:
+        yield
+    finally:
+        Checkpoint.fold = orig
 
 
 # Real bugs of today's code the simulator found (see test_sim.py): tolerated in the
 # sweep unless asked for, so that it keeps finding the others.
-KNOWN = ("verdict-stall", "stream-released", "abort-lookup", "oserror")
+KNOWN = ("verdict-stall", "fold-stray", "stale-after", "stream-released", "abort-lookup",
+         "oserror")
 
 
 def check(world: World, known: tuple[str, ...] = ()) -> list[str]:
     """Every violation of the protocol's promises in this schedule (empty: none);
     ``known``: also the known bugs named (see :data:`KNOWN`)."""
-    out = list(world.problems)
+    if world.strays_folded and "fold-stray" not in known:
+        return []  # what follows from it is the known bug's, not a finding
+    out = list(world.problems) + world.strays_folded
     for actor in world.sched.actors:
         if actor.error is not None:
             out.append(f"actor {actor.name} raised {actor.error!r}")
@@ -135,7 +177,7 @@ def check(world: World, known: tuple[str, ...] = ()) -> list[str]:
     out += [f"intent {i} in records {s}" for i, s in intents.items() if len(s) > 1]
     out += [f"job {j} committed by records {s}" for j, s in committed.items() if len(s) > 1]
     for job in world.jobs:
-        out += _check_job(world, job, truth, committed, counts, overwrite)
+        out += _check_job(world, job, truth, committed, counts, overwrite, known)
     out += _check_streams(world, log, truth)
     for step, ranges in world.reads:
         seen = Counter(rid(r) for r in ranges)
@@ -153,7 +195,8 @@ def check(world: World, known: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def _check_job(world: World, job: Job, truth, committed, counts, overwrite) -> list[str]:
+def _check_job(world: World, job: Job, truth, committed, counts, overwrite,
+               known: tuple[str, ...]) -> list[str]:
     out = []
     seqs = committed.get(job.job_id, [])
     shown = [counts.get(rid(r), 0) for r in job.ranges]
@@ -180,7 +223,7 @@ def _check_job(world: World, job: Job, truth, committed, counts, overwrite) -> l
     elif job.outcome in ("refused", "failed"):
         if seqs or any(shown):
             out.append(f"{tag} answered nothing committed, but records {seqs} commit it")
-    elif job.outcome == "unknown" and not _unknown_allowed(world, job):
+    elif job.outcome == "unknown" and not _unknown_allowed(world, job, known):
         out.append(f"{tag} answered OutcomeUnknown with neither store errors nor a stall")
     return out
 

@@ -8,7 +8,7 @@ from memwal_datasource.log.commit_reader import forget_folds
 from memwal_datasource.store import MemoryStore
 
 from .actors import World, build
-from .checks import check
+from .checks import check, watch_folds
 from .scheduler import simulated
 
 
@@ -38,7 +38,7 @@ def run_schedule(seed: int, known: tuple[str, ...] = ()) -> Outcome:
     forget_folds()
     world = build(seed, known)
     try:
-        with simulated(world.sched):
+        with simulated(world.sched), watch_folds(world):
             world.sched.run()
             violations = check(world, known)
     finally:

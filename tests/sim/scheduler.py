@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal_datasource.errors import TransientStoreError
-from memwal_datasource.format.commit_format import CHECKPOINTS_DIR, COMMITS_DIR, INTENTS_DIR
+from memwal_datasource.format.commit_format import (
+    CHECKPOINTS_DIR,
+    COMMITS_DIR,
+    INTENTS_DIR,
+    record_key,
+    released_sequence,
+)
 from tests.helpers import DelegatingStore
 
 T0 = 1_800_000_000.0  # the virtual clock's start (s since the epoch)
@@ -38,6 +44,7 @@ UUID_MODULES = ("memwal_datasource.log.commit", "memwal_datasource.log.commit_in
                 "memwal_datasource.maintenance.gc")
 # Past the commit deadline; past the retention; far past it.
 STALLS_S = (12.0, 40.0, 75.0, 120.0)
+STALE_S = 10.0  # an intent's window begins this long ago: its view was stale
 
 
 class Crash(BaseException):
@@ -63,7 +70,7 @@ class Rates:
     # Some errors are a bare OSError (local disk: EIO, ESTALE) instead of the store's
     # TransientStoreError: a known gap (see test_sim.py), so off unless asked for.
     oserror: bool = False
-    # Stalls between a record PUT that landed and the committer's next write (its
+    # Stalls after a record PUT landed until the committer writes anything else (its
     # verdict's reads): a known bug (see test_sim.py), so off unless asked for.
     verdict_stall: bool = False
 
@@ -94,10 +101,10 @@ class Actor:
     done: bool = False
     dead: bool = False  # crashed
     error: BaseException | None = None  # what escaped ``fn`` (not a Crash)
-    stalls: list[tuple[float, float]] = field(default_factory=list)  # (from, to), virtual
+    stalls: list[tuple[float, float, str]] = field(default_factory=list)  # from, to, op
     faults: int = 0  # injected errors and lost acknowledgements it met
     marks: dict[str, float] = field(default_factory=dict)  # hook name: first time seen
-    landed: bool = False  # a record PUT of its landed, and it has not written since
+    landed: bool = False  # a record PUT of its landed; its verdict may still be pending
     thread: threading.Thread | None = None
 
 
@@ -183,6 +190,7 @@ class Scheduler:
         actor.wake = self.now + max(seconds, 0.0)
         if aligned:
             actor.wake = float(math.ceil(actor.wake))
+            actor.landed = False
         self._park(actor)
 
     def enter(self, op: str, key: str) -> str:
@@ -195,17 +203,16 @@ class Scheduler:
         actor.wake = self.now
         self._park(actor)
         fault = self._fault(op, key)
-        if fault == "stall" and actor.landed and not self.rates.verdict_stall \
-                and op not in ("put", "put_if_absent"):
+        if op in ("put", "put_if_absent") and not key.startswith(COMMITS_DIR + "/0"):
+            actor.landed = False  # past the verdict (a checkpoint, a hint, an intent)
+        if fault == "stall" and actor.landed and not self.rates.verdict_stall:
             fault = ""
-        if op in ("put", "put_if_absent"):
-            actor.landed = False
         if fault == "stall":
             stall = STALLS_S[self.rng.randrange(len(STALLS_S))]
             self.trace.append((self.step, actor.name, op, short(key), f"stall {stall:g} s"))
             start = self.now
             self.sleep(stall, aligned=True)
-            actor.stalls.append((start, self.now))
+            actor.stalls.append((start, self.now, "write" if op.startswith("put") else "read"))
             fault = ""
         self.trace.append((self.step, actor.name, op, short(key), fault))
         if fault == "crash":
@@ -239,9 +246,21 @@ class Scheduler:
         if actor is not None:
             actor.marks.setdefault(f"{name}:{job_id}", self.now)
 
+    def note(self, op: str, key: str, what: str) -> None:
+        """Put an event of the running actor (not a store call) in the trace."""
+        actor = self.current()
+        if actor is not None:
+            self.trace.append((self.step, actor.name, op, key, what))
+
     def format_trace(self) -> str:
         return "\n".join(f"  {s:5d} {a:<10} {op:<13} {k:<28} {f}" for s, a, op, k, f
                          in self.trace)
+
+
+def released_now(store) -> int:
+    """The released boundary stored now (read outside the schedule)."""
+    return max((released_sequence(k) or 0 for k in store.list(CHECKPOINTS_DIR + "/")),
+               default=0)
 
 
 def short(key: str) -> str:
@@ -261,17 +280,25 @@ class SimStore(DelegatingStore):
         super().__init__(inner)
         self.sched = sched
         self.landed: dict[str, list[bytes]] = {}  # record key: every body that landed there
+        self.landed_at: dict[str, float] = {}  # record key: when its first body landed
         self.damaged: dict[str, bytes] = {}  # key stored damaged: the bytes it should hold
         self.puts: list[tuple[int, str]] = []  # (step, key) of every landed PUT
 
     def _write(self, op: str, key: str, data, write: Callable[[bytes], None]) -> None:
-        fault = self.sched.enter(op, key)
         data = bytes(data)
-        if key.startswith(INTENTS_DIR + "/"):  # when the job's intent may first be stored
-            actor = self.sched.current()
-            if actor is not None:
-                job_id = json.loads(data)["record"]["job_id"]
-                actor.marks.setdefault(f"intent:{job_id}", self.sched.now)
+        actor = self.sched.current()
+        if key.startswith(INTENTS_DIR + "/") and actor is not None:
+            body = json.loads(data)  # when the job's intent may first be stored, and what
+            job_id = body["record"]["job_id"]  # it saw: its ``after``, the boundary then
+            if f"intent:{job_id}" not in actor.marks:
+                actor.marks[f"intent:{job_id}"] = self.sched.now
+                actor.marks[f"after:{job_id}"] = body["after"]
+                # Stale: its window begins at a number released or stored long ago.
+                following = record_key(body["after"] + 1)
+                actor.marks[f"stale:{job_id}"] = released_now(self.inner) > body["after"] or (
+                    following in self.landed_at
+                    and self.sched.now - self.landed_at[following] > STALE_S)
+        fault = self.sched.enter(op, key)
         if fault == "error":
             raise self._error(f"injected failure writing {key}")
         body = data
@@ -281,6 +308,7 @@ class SimStore(DelegatingStore):
         self.puts.append((self.sched.step, key))
         if key.startswith(COMMITS_DIR + "/0"):
             self.landed.setdefault(key, []).append(data)
+            self.landed_at.setdefault(key, self.sched.now)
             actor = self.sched.current()
             if actor is not None:
                 actor.landed = True
@@ -359,9 +387,11 @@ def simulated(sched: Scheduler) -> Iterator[None]:
     base = importlib.import_module("memwal_datasource.store.base")
     saved.append((base, "random", base.random))
     base.random = types.SimpleNamespace(random=ids.random)
-    removers = [hooks.register(point, lambda name=point, job_id=None, **_:
-                               sched.mark(name, job_id))
-                for point in ("commit.intent", "commit.stray")]
+    def stray(sequence, **_):
+        sched.note("stray", f"{sequence}.json", "deleted, commits again")
+        sched.mark("stray", sequence)
+
+    removers = [hooks.register("commit.stray", stray)]
     from memwal_datasource.log.commit import CommitLog
 
     unknown = CommitLog.__dict__["_unknown"]
