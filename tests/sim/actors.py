@@ -33,7 +33,7 @@ from memwal_datasource.log.holds import ReaderHold, ReaderHolds
 from memwal_datasource.maintenance import gc
 from memwal_datasource.store import MemoryStore
 
-from .scheduler import PROFILES, SHAPED, Scheduler, SimStore, released_now
+from .scheduler import PROFILES, SHAPED, Crash, Scheduler, SimStore, released_now
 
 
 @dataclass
@@ -148,9 +148,7 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
             hold(seq)
             try:
                 recs = list(log.records(after=seq))
-            except (OSError, StoreError):
-                raise
-            except CorruptEntryError:
+            except (OSError, StoreError, CorruptEntryError):
                 raise
             except MemWalError:  # records after seq were collected (see _records_after)
                 first = log.first_stored()
@@ -170,6 +168,7 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
         if recs:
             seq = recs[-1].sequence
         offsets.append(seq)
+    holds.drop(name)  # a query stopped for good (a crashed one's hold lapses in 600 s)
 
 
 def collector(world: World, runs: int, think: float) -> None:
@@ -185,6 +184,8 @@ def collector(world: World, runs: int, think: float) -> None:
             collect_once(world, table, rounds)
         except (OSError, MemWalError):
             pass  # the next run starts over, as a failed gc run does
+        except Crash:
+            world.sched.revive()  # gc died mid-run; the next run is a new process
 
 
 def collect_once(world: World, table, rounds: list[tuple[int, int]]) -> None:
@@ -228,9 +229,11 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     """A world chosen by ``seed``: a few committers, maybe a txnAppId re-run, an
     overwrite, gc, a stream and a reader; one fault profile. One world in three is
     a race: more committers over a longer time, gc often, more stalls (the stalls
-    that put strays into freed numbers need all three)."""
+    that put strays into freed numbers need all three); some races are pileups,
+    committers busy all along (a stray and then a lost race needs one)."""
     cfg = random.Random(seed * 7919 + 17)
     race = cfg.random() < 0.35
+    pileup = race and cfg.random() < 0.4  # ... with committers busy all along
     profile = "race" if race else cfg.choice(sorted(PROFILES))
     rates = {**PROFILES, **SHAPED}[profile]
     sched = Scheduler(seed, dataclasses.replace(rates, oserror="oserror" in known,
@@ -239,19 +242,21 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     MemoryStore.reset(name)
     inner = MemoryStore(name)
     world = World(seed, profile, sched, inner, SimStore(inner, sched))
-    thinks = (0.0, 2.0, 5.0, 10.0, 20.0) if race else (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
+    thinks = (1.0, 2.0, 3.0) if pileup else (0.0, 2.0, 5.0, 10.0, 20.0) if race \
+        else (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
 
     def job(actor: str, k: int, shard: str, epoch: int, first: int, kind: str = APPEND,
             txn: Txn | None = None) -> tuple[float, Job]:
         rng = [CommittedRange(shard, epoch, first, first + 4, rows=5)]
         return cfg.choice(thinks), Job(actor, f"{actor}.{k}", kind, rng, txn, 0, 0.0)
 
-    committers = cfg.randint(4, 5) if race else cfg.randint(2, 4)
+    committers = 6 if pileup else cfg.randint(4, 5) if race else cfg.randint(2, 4)
     for i in range(committers):
         actor, group = f"c{i}", (i > 0 or cfg.random() < 0.3) if race else cfg.random() < 0.7
         jobs = [job(actor, k, f"s{i % 2}", i + 1, 1000 * i + 10 * k + 1)
-                for k in range(cfg.randint(2, 6) if race else cfg.randint(1, 3))]
-        interval = cfg.choice((2, 2, 3, 4, None))
+                for k in range(cfg.randint(4, 6) if pileup else cfg.randint(2, 6) if race
+                               else cfg.randint(1, 3))]
+        interval = cfg.choice((2, 3) if race else (2, 2, 3, 4, None))
         fresh = cfg.random() < 0.7
         sched.spawn(actor, lambda a=actor, j=jobs, n=interval, g=group, f=fresh:
                     committer(world, a, j, n, g, f))
@@ -265,8 +270,8 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
         jobs = [job("ow", 0, "o", 1, 1, kind=OVERWRITE)]
         sched.spawn("ow", lambda j=jobs: committer(world, "ow", j, 3, False, True))
     if race or cfg.random() < 0.85:
-        runs = cfg.randint(6, 16) if race else cfg.randint(2, 5)
-        think = 5.0 if race else cfg.choice((5.0, 12.0, 20.0))
+        runs = cfg.randint(10, 20) if race else cfg.randint(2, 5)
+        think = 8.0 if race else cfg.choice((5.0, 12.0, 20.0))
         sched.spawn("gc", lambda: collector(world, runs, think))
     if cfg.random() < 0.5:
         plans, think = cfg.randint(2, 4), cfg.choice((1.0, 10.0, 25.0))

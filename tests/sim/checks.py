@@ -148,6 +148,8 @@ def check(world: World, known: tuple[str, ...] = ()) -> list[str]:
     if world.strays_folded and "fold-stray" not in known:
         return []  # what follows from it is the known bug's, not a finding
     out = list(world.problems) + world.strays_folded
+    if world.sched.overrun:
+        out.append(f"over {world.sched.max_steps} steps: a livelock?")
     for actor in world.sched.actors:
         if actor.error is not None:
             out.append(f"actor {actor.name} raised {actor.error!r}")

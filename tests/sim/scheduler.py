@@ -86,7 +86,7 @@ PROFILES = {
     "storm": Rates(error=0.04, lost=0.04, stall=0.04, crash=0.004, damage=0.004, delete=0.2),
 }
 # Chosen by the world's shape (actors.build), not at random.
-SHAPED = {"race": Rates(error=0.01, lost=0.01, stall=0.04, stall_record=0.25, crash=0.003,
+SHAPED = {"race": Rates(error=0.01, lost=0.01, stall=0.04, stall_record=0.25, crash=0.001,
                         damage=0.002, delete=0.2)}
 
 
@@ -120,7 +120,8 @@ class Scheduler:
         self.step = 0
         self.actors: list[Actor] = []
         self.trace: list[tuple[int, str, str, str, str]] = []  # step, actor, op, key, fault
-        self._baton = threading.Semaphore(0)
+        self._finished = threading.Event()
+        self.overrun = False  # more than max_steps: the checks report it
         self._local = threading.local()
 
     # --- actors ------------------------------------------------------------------------
@@ -145,35 +146,52 @@ class Scheduler:
             actor.error = exc
         finally:
             actor.done = True
-            self._baton.release()
+            nxt = self._pick()
+            if nxt is None:
+                self._finished.set()
+            else:
+                nxt.go.release()
 
     def run(self) -> None:
-        """Run every actor to its end, picking who goes next with the seeded generator."""
+        """Run every actor to its end, picking who goes next with the seeded generator.
+
+        The baton passes from actor to actor: whoever parks picks the next one (itself:
+        no thread switch), so one thread runs at a time and the choices are the seed's.
+        """
         for actor in self.actors:
             actor.thread = threading.Thread(target=self._body, args=(actor,), daemon=True,
                                             name=f"sim-{actor.name}")
             actor.thread.start()
-        while True:
-            live = [a for a in self.actors if not a.done]
-            if not live:
-                break
-            ready = [a for a in live if a.wake <= self.now]
-            if not ready:
-                self.now = min(a.wake for a in live)  # everyone waits: time passes
-                continue
-            self.step += 1
-            if self.step > self.max_steps:
-                raise Hang(f"seed {self.seed}: over {self.max_steps} steps (a livelock?)")
-            actor = ready[self.rng.randrange(len(ready))]
-            actor.go.release()
-            if not self._baton.acquire(timeout=60):
-                raise Hang(f"seed {self.seed}: actor {actor.name} did not park")
+        first = self._pick()
+        if first is not None:
+            first.go.release()
+            if not self._finished.wait(600):
+                raise Hang(f"seed {self.seed}: an actor waited outside the scheduler")
         for actor in self.actors:
             actor.thread.join(10)
 
+    def _pick(self) -> Actor | None:
+        """The next actor to run (moving the clock while every live one waits)."""
+        while True:
+            live = [a for a in self.actors if not a.done]
+            if not live:
+                return None
+            ready = [a for a in live if a.wake <= self.now]
+            if ready:
+                break
+            self.now = min(a.wake for a in live)  # everyone waits: time passes
+        self.step += 1
+        if self.step > self.max_steps and not self.overrun:
+            self.overrun = True  # a livelock? every actor dies at its next call
+            for a in self.actors:
+                a.dead = True
+        return ready[self.rng.randrange(len(ready))]
+
     def _park(self, actor: Actor) -> None:
-        self._baton.release()
-        actor.go.acquire()
+        nxt = self._pick()
+        if nxt is not actor:
+            nxt.go.release()
+            actor.go.acquire()
 
     # --- what actors call --------------------------------------------------------------
 
@@ -245,6 +263,12 @@ class Scheduler:
         actor = self.current()
         if actor is not None:
             actor.marks.setdefault(f"{name}:{job_id}", self.now)
+
+    def revive(self) -> None:
+        """The running actor, crashed, starts again as a new process."""
+        actor = self.current()
+        actor.dead = False
+        self.trace.append((self.step, actor.name, "restart", "", ""))
 
     def note(self, op: str, key: str, what: str) -> None:
         """Put an event of the running actor (not a store call) in the trace."""
