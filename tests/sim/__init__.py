@@ -1,0 +1,1 @@
+"""A deterministic simulator of the commit protocol (see test_sim.py)."""

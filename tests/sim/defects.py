@@ -1,0 +1,118 @@
+"""The defects of issue 44, put back one at a time, to show the simulator has teeth.
+
+Each is a patch of today's code back to the defect (``with defect(name):``). The
+sixth (``abort()``'s lookup naming a refused job's record) is still in today's
+code (``spark/writer.py:_record_of``): the simulator checks it when asked
+(``known=("abort-lookup",)``), so it needs no patch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from memwal_datasource.errors import CorruptEntryError
+from memwal_datasource.format.commit_format import record_key
+from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.log.commit_reader import CommitLogReader
+from memwal_datasource.maintenance import gc
+
+
+def _empty_is_missing(fetch):
+    """8. ``_fetch`` reads an empty record as "no record" (the end of the log)."""
+    def patched(self, sequence):
+        try:
+            return fetch(self, sequence)
+        except CorruptEntryError as exc:
+            if "empty (0 bytes" in str(exc):
+                return None, True
+            raise
+    return patched
+
+
+def _first_stored_bisect(_):
+    """1, 2. ``first_stored`` bisects for the first stored object, boundary or not."""
+    def first_stored(self):
+        if self.store.exists(record_key(1)):
+            return 1
+        ck = self.latest_checkpoint(refresh=True)
+        if ck is None:
+            return 1
+        lo, hi = 1, ck.sequence
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.store.exists(record_key(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+    return first_stored
+
+
+def _holder_below_boundary(_):
+    """3. A follower takes its verdict from a record at or below the boundary (a stray)."""
+    def _holder(self, intent, upto):
+        for seq in range(intent.after + 1, upto + 1):
+            if seq not in self._cache and self._fetch(seq)[0] is None:
+                return None
+        at = self._holders.get(intent.intent_id)
+        if at is None or not intent.after < at <= upto:
+            return ()
+        rec = self._cache[at]
+        return rec, next(p for p in rec.parts() if p.intent_id == intent.intent_id)
+    return _holder
+
+
+def _errors_escape(_):
+    """4. A store error after the intent (or record) is stored ends the commit."""
+    def _store_failed(self, exc, since, job_id):
+        raise exc
+    return _store_failed
+
+
+def _after_first_number(append_alone):
+    """5. After a PUT into a freed number and a lost race, the intent's ``after`` is the
+    first number (released), not the one lost."""
+    def patched(self, rec, txn, at_sequence, once=False):
+        result = append_alone(self, rec, txn, at_sequence, once)
+        if once and result is None:
+            rec.sequence = at_sequence
+        return result
+    return patched
+
+
+def _verdict_ignores_boundary(_):
+    """The verdict trusts every landed PUT (a stray in a freed number is "committed")."""
+    def _verify_landed(self, rec, deadline):
+        return True
+    return _verify_landed
+
+
+def _no_checkpoint_collection(_):
+    """7. gc never deletes a checkpoint (a commit's cost grows with the table's age)."""
+    def _collect_checkpoints(table):
+        return None
+    return _collect_checkpoints
+
+
+DEFECTS = {  # name: (owner, attribute, patch of the current value)
+    "empty-record-is-missing": (CommitLogReader, "_fetch", _empty_is_missing),
+    "first-stored-bisects": (CommitLogReader, "first_stored", _first_stored_bisect),
+    "holder-below-boundary": (CommitLog, "_holder", _holder_below_boundary),
+    "follower-errors-escape": (CommitLog, "_store_failed", _errors_escape),
+    "after-first-number": (CommitLog, "_append_alone", _after_first_number),
+    "verdict-ignores-boundary": (CommitLog, "_verify_landed", _verdict_ignores_boundary),
+    "checkpoints-never-collected": (gc, "_collect_checkpoints", _no_checkpoint_collection),
+}
+
+
+@contextlib.contextmanager
+def defect(name: str) -> Iterator[None]:
+    """Today's code with defect ``name`` put back."""
+    owner, attr, patch = DEFECTS[name]
+    saved = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+    setattr(owner, attr, patch(saved))
+    try:
+        yield
+    finally:
+        setattr(owner, attr, saved)
