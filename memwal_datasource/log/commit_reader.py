@@ -400,7 +400,12 @@ class CommitLogReader:
                 state.fold(rec)
                 read = read or asked
             else:
-                return state
+                # A committer decides on this fold (keys, floors, epochs): a record it read
+                # may be a stray if a collection passed since its listing. Nothing read
+                # from the store: nothing to check.
+                if not read or self._stray_free(True):
+                    return state
+                continue
             if upto is not None:
                 self._chase(state.sequence + 1, past=state.sequence)
             elif self._stray_free(read):
