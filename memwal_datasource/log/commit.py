@@ -183,8 +183,14 @@ class CommitLog(CommitLogReader):
                 done = self.committed_txn(txn, upto=seq - 1)
                 if done is not None:
                     return CommitResult(done, False)
+            state = self._fold(seq - 1)
+            if state.sequence >= seq:  # the log moved past ``seq`` while we looked
+                if fixed:
+                    raise SequenceTaken(seq)
+                seq = self.next_sequence()
+                continue
             if rec.ranges:
-                check_ranges(self._fold(seq - 1), rec.ranges, rec.ordered)
+                check_ranges(state, rec.ranges, rec.ordered)
             rec.sequence = seq
             hooks.point("commit.before", sequence=seq)
             if time.monotonic() - checked > COMMIT_DEADLINE_S:
@@ -300,7 +306,10 @@ class CommitLog(CommitLogReader):
             done = self.committed_txn(txn, upto=seq - 1)
             if done is not None:
                 return CommitResult(done, False)
-        state = self._fold(seq - 1).copy()
+        state = self._fold(seq - 1)
+        if state.sequence >= seq:
+            return None  # the log moved past ``seq`` (maybe holding our intent): look again
+        state = state.copy()
         if rec.ranges:
             check_ranges(state, rec.ranges, rec.ordered)
         rec.sequence = seq
