@@ -33,7 +33,8 @@ from memwal_datasource.log.holds import ReaderHold, ReaderHolds
 from memwal_datasource.maintenance import gc
 from memwal_datasource.store import MemoryStore
 
-from .scheduler import PROFILES, SHAPED, Crash, Scheduler, SimStore, released_now
+from .scheduler import PROFILES, SHAPED, Crash, Scheduler
+from .simstore import SimStore, released_now
 
 
 @dataclass

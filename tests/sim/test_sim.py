@@ -36,14 +36,18 @@ def test_schedules_keep_every_promise(chunk):
     assert not bad, f"{len(bad)} failing schedule(s); the first:\n{bad[0].report()}"
 
 
-# Seeds that failed while the simulator was built (each was the simulator's own
-# mistake, now fixed): they must keep passing.
+# Seeds that failed while the simulator was built, each the simulator's own mistake
+# (now fixed): they must keep passing. (Later changes to the worlds moved what these
+# seeds run; they stay as plain regression seeds.)
 REGRESSIONS = [
     471,  # a damaged record a checkpoint covers is never read: no error is right
     727,  # OutcomeUnknown after a failed intent PUT (it may have landed) and a stall
     1487,  # ... an intent PUT whose acknowledgement was lost, then a stall
     1972,  # a stream meeting a damaged checkpoint fails naming it
     198,  # a stream failing after its hold lapsed is judged by the boundary then
+    5000126,  # a stall inside the intent PUT itself excuses an OutcomeUnknown
+    5004852,  # the verdict window includes the read-back after a lost acknowledgement
+    852,  # a stream's hold must outlive its stalls (600 s), and is dropped at its end
 ]
 
 
@@ -77,11 +81,26 @@ def test_soak(capsys):
 # Real bugs of today's code the simulator found (tests/sim/checks.py, KNOWN): each
 # seed fails; the sweep leaves these out so that it keeps finding everything else.
 KNOWN_BUGS = {
-    # A committer whose verdict LIST (after its record PUT landed) stalls past a
-    # collection finds its own number at or below the released boundary, takes its
-    # own folded record for a stray, deletes nothing useful and commits again: the
-    # job's rows twice (710), or "refused" for a job that committed (1260).
-    "verdict-stall": [710, 1260],
+    # A committer whose verdict (the LIST after its record PUT landed, or the read-back
+    # after a lost acknowledgement) stalls past a collection finds its number at or
+    # below the released boundary, takes its own folded record for a stray and
+    # commits again: the job's rows twice (31, 514), "refused" for a job that
+    # committed (54), "duplicate" of its own record (123).
+    "verdict-stall": [31, 514, 54, 123],
+    # CommitLogReader._fold(upto) never looks for a newer boundary after reading: a
+    # committer whose view predates a collection folds a stray (a stalled committer's
+    # PUT into a freed number whose DELETE failed) and shares that fold
+    # (commit_folds); gc's checkpoint, seeded from it, makes it permanent (7685: the
+    # stray's job, which committed again elsewhere, has its rows twice).
+    "fold-stray": [251, 7685],
+    # An intent written from a stale view (the first look, or a reused CommitLog,
+    # older than the retention): its window crosses numbers already released, so the
+    # owner answers OutcomeUnknown although nothing could have committed the intent.
+    "stale-after": [382],
+    # An owner stalled after its checks leads at its old number, judges its ranges
+    # against a fold that moved past that number (a newer checkpoint) and answers
+    # CommitRefused, while another leader's record already committed its intent.
+    "late-refusal": [2234],
     # CommitLogReader.records() says "released ... can no longer be replayed" when a
     # checkpoint at or above the first missing number appeared during its read
     # (a record and its checkpoint written after the GET that missed): a stream
@@ -90,11 +109,11 @@ KNOWN_BUGS = {
     # spark.writer._record_of (abort()'s lookup) returns a record naming the job
     # whatever the job's verdict there: abort() of a refused job says its rows
     # are committed (issue 44, defect 6, still in today's code).
-    "abort-lookup": [67],
+    "abort-lookup": [58],
     # A bare OSError (local disk: EIO, ESTALE) from a read after an intent or record
     # is stored escapes append() (only StoreError is retried there; put_resolved
     # retries OSError): the job fails although its record commits.
-    "oserror": [76],
+    "oserror": [89],
 }
 
 
@@ -107,17 +126,17 @@ def test_known_bug(bug, seed):
 
 
 # Issue 44's defects, put back one at a time (tests/sim/defects.py): the simulator
-# finds a failing schedule within this many (seeds 0, 1, ...). The sixth is still in
-# today's code: it is looked for as a known bug.
+# finds a failing schedule within this many (seeds 0, 1, ...; the comment says where
+# it finds the first). The sixth is still in today's code: looked for as a known bug.
 TEETH = {
-    "empty-record-is-missing": 300,  # 8: found at seed 83
-    "first-stored-bisects": 100,  # 1, 2: seed 8
-    "holder-below-boundary": 400,  # 3: seed 138
-    "follower-errors-escape": 50,  # 4: seed 1
-    "after-first-number": 1200,  # 5: seed 781
-    "abort-lookup": 300,  # 6: seed 67
-    "checkpoints-never-collected": 100,  # 7: seed 12
-    "verdict-ignores-boundary": 100,  # the verdict trusting a stray: seed 12
+    "empty-record-is-missing": 300,  # 8: seed 137
+    "first-stored-bisects": 100,  # 1, 2: seed 39
+    "holder-below-boundary": 400,  # 3: seed 214
+    "follower-errors-escape": 50,  # 4: seed 17
+    "after-first-number": 600,  # 5: seed 377
+    "abort-lookup": 150,  # 6: seed 58
+    "checkpoints-never-collected": 50,  # 7: seed 12
+    "verdict-ignores-boundary": 600,  # the verdict trusting a stray: seed 402
 }
 
 
