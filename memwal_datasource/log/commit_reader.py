@@ -190,7 +190,11 @@ class CommitLogReader:
         if last == 0 and self.latest_checkpoint() is None:
             return  # an empty log
         ck = self._relist()
-        if ck is not None and ck.sequence > after:
+        if after < self._released:
+            raise self._released_before(after)
+        # Collected, not merely written since our read (the log grows while we read).
+        if (not self._released and ck is not None and ck.sequence >= seq
+                and not self.store.exists(record_key(seq))):
             raise self._released_before(after)
 
     def _released_before(self, after: int) -> MemWalError:

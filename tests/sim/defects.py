@@ -1,9 +1,8 @@
 """The defects of issue 44, put back one at a time, to show the simulator has teeth.
 
 Each is a patch of today's code back to the defect (``with defect(name):``). The
-sixth (``abort()``'s lookup naming a refused job's record) is still in today's
-code (``spark/writer.py:_record_of``): the simulator checks it when asked
-(``known=("abort-lookup",)``), so it needs no patch.
+sixth is ``abort()``'s lookup (``spark/writer.py:_record_of``) naming a refused
+job's record.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from memwal_datasource.format.commit_format import record_key
 from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.log.commit_reader import CommitLogReader
 from memwal_datasource.maintenance import gc
+from memwal_datasource.spark import writer as spark_writer
 
 
 def _empty_is_missing(fetch):
@@ -95,6 +95,21 @@ def _no_checkpoint_collection(_):
     return _collect_checkpoints
 
 
+def _abort_lookup(_):
+    """6. abort()'s lookup names the newest record naming the job, whatever the job's
+    verdict there (a refused job "committed")."""
+    from memwal_datasource.log.commit import CommitLog
+    from memwal_datasource.store import open_store
+
+    def _record_of(opts, job_id):
+        log_ = CommitLog(open_store(opts.path, opts.storage))
+        for seq in range(log_.next_sequence() - 1, log_.first_stored() - 1, -1):
+            if any(p.job_id == job_id for p in log_.read(seq).parts()):
+                return log_.read(seq), True
+        return None, True
+    return _record_of
+
+
 DEFECTS = {  # name: (owner, attribute, patch of the current value)
     "empty-record-is-missing": (CommitLogReader, "_fetch", _empty_is_missing),
     "first-stored-bisects": (CommitLogReader, "first_stored", _first_stored_bisect),
@@ -103,6 +118,7 @@ DEFECTS = {  # name: (owner, attribute, patch of the current value)
     "after-first-number": (CommitLog, "_append_alone", _after_first_number),
     "verdict-ignores-boundary": (CommitLog, "_verify_landed", _verdict_ignores_boundary),
     "checkpoints-never-collected": (gc, "_collect_checkpoints", _no_checkpoint_collection),
+    "abort-lookup": (spark_writer, "_record_of", _abort_lookup),
 }
 
 

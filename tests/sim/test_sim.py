@@ -1,7 +1,7 @@
 """The commit protocol under a deterministic simulator (issue 44; tests/sim).
 
 ``make test`` runs :data:`SWEEP` schedules (seeds ``0..SWEEP-1``) in a few chunks,
-the regression seeds, the known bugs of today's code (``xfail(strict=True)``),
+the regression seeds, the seeds of the bugs it found (fixed, each must pass),
 and for each defect of issue 44 put back, that the simulator finds a failing
 schedule within the budget. A failure prints the seed and the schedule; replay
 one with ``MEMWAL_SIM_SEED=S``. Soak: ``MEMWAL_SIM_SCHEDULES=N`` (from seed
@@ -16,13 +16,18 @@ import time
 
 import pytest
 
+from .checks import KNOWN
 from .defects import defect
 from .run import run_schedule
 
 SWEEP, CHUNKS = 2000, 4
+# Every bug check and fault the simulator has (FOUND_BUGS below) but the report of a
+# fold's reads: a fold that read a stray folds again without it, and what it decided
+# is checked.
+CHECKS = tuple(k for k in KNOWN if k != "fold-stray")
 
 
-def _failures(seeds, known: tuple[str, ...] = ()) -> list:
+def _failures(seeds, known: tuple[str, ...] = CHECKS) -> list:
     return [o for o in (run_schedule(s, known) for s in seeds) if o.violations]
 
 
@@ -53,7 +58,7 @@ REGRESSIONS = [
 
 @pytest.mark.parametrize("seed", REGRESSIONS)
 def test_regression_seeds(seed):
-    outcome = run_schedule(seed)
+    outcome = run_schedule(seed, CHECKS)
     assert not outcome.violations, outcome.report()
 
 
@@ -78,74 +83,59 @@ def test_soak(capsys):
     assert not bad, "\n\n".join(o.report() for o in bad[:3])
 
 
-# Real bugs of today's code the simulator found (tests/sim/checks.py, KNOWN): each
-# seed fails; the sweep leaves these out so that it keeps finding everything else.
-KNOWN_BUGS = {
+# Real bugs the simulator found in the code, each fixed: the seeds that showed them
+# replay with the bug's own check on (tests/sim/checks.py, KNOWN) and must pass.
+FOUND_BUGS = {
     # A committer whose verdict (the LIST after its record PUT landed, or the read-back
-    # after a lost acknowledgement) stalls past a collection finds its number at or
-    # below the released boundary, takes its own folded record for a stray and
-    # commits again: the job's rows twice (31, 514), "refused" for a job that
-    # committed (54), "duplicate" of its own record (123).
+    # after a lost acknowledgement) stalled past a collection took its own folded,
+    # released record for a stray and committed again: the job's rows twice (31, 514),
+    # "refused" for a job that committed (54), "duplicate" of its own record (123).
     "verdict-stall": [31, 514, 54, 123],
-    # CommitLogReader._fold(upto) never looks for a newer boundary after reading: a
-    # committer whose view predates a collection folds a stray (a stalled committer's
-    # PUT into a freed number whose DELETE failed) and shares that fold
-    # (commit_folds); gc's checkpoint, seeded from it, makes it permanent (7685: the
-    # stray's job, which committed again elsewhere, has its rows twice).
+    # A committer's fold that read records never looked for a newer boundary: a stray
+    # decided its checks and, shared, a checkpoint (7685: a job's rows twice).
     "fold-stray": [251, 7685],
-    # An intent written from a stale view (the first look, or a reused CommitLog,
-    # older than the retention): its window crosses numbers already released, so the
-    # owner answers OutcomeUnknown although nothing could have committed the intent.
+    # An intent written from a stale view: its window crossed released numbers and the
+    # owner answered OutcomeUnknown although nothing could have committed the intent.
     "stale-after": [382],
-    # An owner stalled after its checks leads at its old number, judges its ranges
-    # against a fold that moved past that number (a newer checkpoint) and answers
-    # CommitRefused, while another leader's record already committed its intent.
+    # An owner stalled after its checks judged its ranges against a fold past its number
+    # and answered CommitRefused while another leader had committed its intent.
     "late-refusal": [2234],
-    # CommitLogReader.records() says "released ... can no longer be replayed" when a
-    # checkpoint at or above the first missing number appeared during its read
-    # (a record and its checkpoint written after the GET that missed): a stream
-    # from earliest fails with nothing released.
+    # records() said "released" when a record and a checkpoint were written during its
+    # read: a stream from earliest failed with nothing released.
     "stream-released": [2],
-    # spark.writer._record_of (abort()'s lookup) returns a record naming the job
-    # whatever the job's verdict there: abort() of a refused job says its rows
-    # are committed (issue 44, defect 6, still in today's code).
+    # abort()'s lookup named a record whatever the job's verdict there.
     "abort-lookup": [58],
-    # A bare OSError (local disk: EIO, ESTALE) from a read after an intent or record
-    # is stored escapes append() (only StoreError is retried there; put_resolved
-    # retries OSError): the job fails although its record commits.
+    # A bare OSError (local disk) from a read after an intent or record was stored
+    # escaped append() although the record commits.
     "oserror": [89],
 }
 
 
-@pytest.mark.parametrize("bug,seed", [(b, s) for b, seeds in KNOWN_BUGS.items()
+@pytest.mark.parametrize("bug,seed", [(b, s) for b, seeds in FOUND_BUGS.items()
                                       for s in seeds])
-@pytest.mark.xfail(strict=True, reason="a real bug of today's code (see KNOWN_BUGS)")
-def test_known_bug(bug, seed):
+def test_found_bug_stays_fixed(bug, seed):
     outcome = run_schedule(seed, (bug,))
     assert not outcome.violations, outcome.report()
 
 
 # Issue 44's defects, put back one at a time (tests/sim/defects.py): the simulator
 # finds a failing schedule within this many (seeds 0, 1, ...; the comment says where
-# it finds the first). The sixth is still in today's code: looked for as a known bug.
+# it finds the first).
 TEETH = {
-    "empty-record-is-missing": 300,  # 8: seed 137
-    "first-stored-bisects": 100,  # 1, 2: seed 39
-    "holder-below-boundary": 400,  # 3: seed 214
-    "follower-errors-escape": 50,  # 4: seed 17
-    "after-first-number": 600,  # 5: seed 377
-    "abort-lookup": 150,  # 6: seed 58
+    "empty-record-is-missing": 300,  # 8: seed 76
+    "first-stored-bisects": 100,  # 1, 2: seed 31
+    "holder-below-boundary": 300,  # 3: seed 69
+    "follower-errors-escape": 50,  # 4: seed 7
+    "after-first-number": 3500,  # 5: seed 2785
+    "abort-lookup": 400,  # 6: seed 193
     "checkpoints-never-collected": 50,  # 7: seed 12
-    "verdict-ignores-boundary": 600,  # the verdict trusting a stray: seed 402
+    "verdict-ignores-boundary": 100,  # the verdict trusting a stray: seed 12
 }
 
 
 @pytest.mark.parametrize("name,within", TEETH.items())
 def test_the_simulator_finds_each_defect(name, within):
-    if name == "abort-lookup":
-        found = next((s for s in range(within) if run_schedule(s, (name,)).violations), None)
-    else:
-        with defect(name):
-            found = next((s for s in range(within) if run_schedule(s).violations), None)
+    with defect(name):
+        found = next((s for s in range(within) if run_schedule(s, CHECKS).violations), None)
     assert found is not None, f"no failing schedule in {within} with {name} put back"
     print(f"{name}: found at schedule {found + 1}")
