@@ -1,14 +1,10 @@
 """4 concurrent Spark writers x N appends x 5,000 rows, one job each.
 
-memwal (defaults: kept writers; and ``keep_writers=false``) vs the plain Lance append
-(``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also made
-durable by fsyncing what it wrote) vs the no-op Python sink, with and without memwal's
-worker measures, vs the durable Python sink (``durable_sink``); local disk and S3
-(SeaweedFS), over Spark's TCP and over Unix domain sockets. rows/s, p50/p99 per append,
-CPU per append of the driver JVM (its JIT compiles each small job anew) and of the S3
-server, net objects and KB per append (memwal compresses WAL entries on S3 by default,
-Lance encodes its data files), and the store calls and fsyncs of the same append run
-in-process (:func:`harness.io_per_append`).
+memwal (kept writers; ``keep_writers=false``) vs ``lance.write_dataset(df.toArrow(),
+mode="append")`` (on local disk also fsynced) vs the no-op Python sink (with and without
+memwal's worker measures) vs ``durable_sink``; local disk and S3, over TCP and Unix
+sockets. rows/s, p50/p99, JVM and S3-server CPU, objects and KB per append, and the
+store calls and fsyncs of the same append in-process.
 """
 
 from __future__ import annotations
@@ -53,8 +49,7 @@ def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 
             lance.write_dataset(h.frame(spark, start, ROWS).toArrow(), uri, mode="append",
                                 storage_options=storage)
             if durable:  # what Lance's local store leaves to the OS: new files, then names
-                for path in sorted(listing() - before) + [os.path.join(uri, d) for d in DIRS]:
-                    h.fsync_path(path)
+                h.fsync_path(*sorted(listing() - before), *(os.path.join(uri, d) for d in DIRS))
         return append
 
     def competitor(make, count):
@@ -118,42 +113,37 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             here = [case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
             with h.s3_bucket(ctx, BUCKET) as (server, skipped):
                 here += [case(ctx, spark, n, server.storage_options())] if server else []
-        for c, _runs in here:
-            c["where"] = f"{c['where']}, {socket}"
-            cases.append(c)
-    rows, targets, panels = [], [], []
-    for c in cases:
-        w, comp, rt = c["where"], c["competitors"], c["rows_s"]
-        rows += h.rows(comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                              *((f"cpu_s_per_append {k}", "{:.3f}") for k in ("jvm", "other")),
-                              ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")],
-                       w, vs=rt)
-        io = {m: ", ".join(f"{k} {v:.1f}" for k, v in c[key]["per_append"].items())
-              for m, key in (("defaults", "io_per_append"), ("unkept", "io_per_append_unkept"))}
-        targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
-                    h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
-                             at_most=True),
-                    h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
-                    *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC],
-                                1.0)] if LANCE_SYNC in rt else []),
-                    h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs "
-                             "any sink)", c["durable_vs_noop"][NOOP]),
-                    h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
-                             "rows/s", c["measures"][NOOP_PLAIN]),
-                    h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
-                             c["unkept"][LANCE]),
-                    h.target(f"{w}: memwal objects written per append",
-                             comp[MEMWAL]["objects_per_append"], 3, at_most=True),
-                    {"what": f"{w}: store calls and fsyncs per in-process append (reported)",
-                     "met": None, "value": f"defaults: {io['defaults']}; keep_writers=false: "
-                                           f"{io['unkept']}"}]
-        panels += [h.panel(f"{w}: rows/s", comp, "rows_s", "rows/s"),
-                   h.panel(f"{w}: p99 per append", comp, "p99_ms", "ms")]
-    return {"title": f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: "
-                     "memwal vs the plain Lance append",
-            "config": {"writers": WRITERS, "appends_per_writer": n, "rows_per_append": ROWS,
-                       "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
-            "cases": cases, "targets": targets, "panels": panels,
-            "table": {"columns": ["where", "competitor", "rows/s", "p50 ms", "p99 ms",
-                                  "driver JVM CPU s/append", "S3 server CPU s/append",
-                                  "objects/append", "KB/append", "memwal / it"], "rows": rows}}
+        cases += [{**c, "label": f"{c['where']}, {socket}"} for c, _runs in here]
+    def goals(c: dict[str, Any], w: str) -> list[dict[str, Any]]:
+        rt, io = c["rows_s"], {k: ", ".join(f"{op} {v:.1f}" for op, v in c[k]["per_append"].items())
+                               for k in ("io_per_append", "io_per_append_unkept")}
+        return [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
+                h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
+                         at_most=True),
+                h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
+                *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC], 1.0)]
+                  if LANCE_SYNC in rt else []),
+                h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs any "
+                         "sink)", c["durable_vs_noop"][NOOP]),
+                h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
+                         "rows/s", c["measures"][NOOP_PLAIN]),
+                h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
+                         c["unkept"][LANCE]),
+                h.target(f"{w}: memwal objects written per append",
+                         c["competitors"][MEMWAL]["objects_per_append"], 3, at_most=True),
+                {"what": f"{w}: store calls and fsyncs per in-process append (reported)",
+                 "met": None, "value": f"defaults: {io['io_per_append']}; keep_writers=false: "
+                                       f"{io['io_per_append_unkept']}"}]
+
+    return h.per_case(
+        f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: memwal vs the plain "
+        "Lance append", {"writers": WRITERS, "appends_per_writer": n, "rows_per_append": ROWS,
+                         "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
+        cases, "where", [("rows/s", "rows_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:.0f}"),
+                         ("p99 ms", "p99_ms", "{:.0f}"),
+                         ("driver JVM CPU s/append", "cpu_s_per_append jvm", "{:.3f}"),
+                         ("S3 server CPU s/append", "cpu_s_per_append other", "{:.3f}"),
+                         ("objects/append", "objects_per_append", "{:.2f}"),
+                         ("KB/append", "kb_per_append", "{:.0f}")],
+        goals, [("rows/s", "rows_s", "rows/s"), ("p99 per append", "p99_ms", "ms")],
+        {"memwal / it": "rows_s"})
