@@ -1,10 +1,9 @@
 """Requests and milliseconds per commit as the commit log's history grows, no Spark.
 
-History is built by real ``CommitLog.append`` calls (one range, ``group=False``; a
-checkpoint every 100 records), with gc's log steps every 1,000 records (its record with
-the floor, a checkpoint, the released marker, the records below deleted, old checkpoints
-collected). Then K appends per repeat in this warm process, sizes alternated; store calls
-counted (:func:`harness.io_trace`). Local disk and S3; goal: flat in history (<= 1.2x).
+History: real ``CommitLog.append`` calls (a range each, ``group=False``; a checkpoint
+every 100), gc's log steps every 1,000 (its record, checkpoint and released marker, the
+records below deleted, old checkpoints collected). Then K appends per repeat in this warm
+process, store calls counted; local disk and S3. Goal: flat in history (<= 1.2x).
 """
 
 from __future__ import annotations
@@ -13,15 +12,8 @@ import time
 import types
 from typing import Any
 
-from memwal_datasource.format.commit_format import (
-    APPEND,
-    CHECKPOINTS_DIR,
-    GC,
-    CommittedRange,
-    record_key,
-    released_key,
-)
-from memwal_datasource.log.commit import CommitLog
+from memwal_datasource.format.commit_format import record_key, released_key
+from memwal_datasource.log.commit import APPEND, CHECKPOINTS_DIR, GC, CommitLog, CommittedRange
 from memwal_datasource.maintenance.gc import _collect_checkpoints
 from memwal_datasource.store import open_store
 
@@ -29,6 +21,7 @@ from . import harness as h
 
 NAME = "commit_history"
 K, GC_EVERY, RETAIN, FLAT = 50, 1_000, 100, 1.2  # RETAIN: records kept below the checkpoint
+CKPTS = CHECKPOINTS_DIR + "/"
 
 
 class _Log:
@@ -36,6 +29,7 @@ class _Log:
 
     def __init__(self, uri: str, opts: dict[str, str]):
         self.store, self.pos, self.at, self.released = open_store(uri, opts), 0, {}, 0
+        self.log = CommitLog(self.store)
 
     def append(self, log: CommitLog) -> None:
         self.pos += 1
@@ -61,8 +55,7 @@ class _Log:
         _collect_checkpoints(types.SimpleNamespace(store=self.store))
 
     def checkpoints(self) -> int:
-        names = [k.rsplit("/", 1)[-1] for k in self.store.list(CHECKPOINTS_DIR + "/")]
-        return sum(n[:-5].isdigit() for n in names)
+        return sum(k.rsplit("/", 1)[-1][:-5].isdigit() for k in self.store.list(CKPTS))
 
 
 def _case(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], sizes) -> dict[str, Any]:
@@ -70,13 +63,11 @@ def _case(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], sizes) -> dic
     for n in sizes:
         name, t = f"{n:,} records of history", time.perf_counter()
         logs[name] = lg = _Log(f"{root}/n{n}.lance", opts)
-        log = CommitLog(lg.store)
         for i in range(1, n + 1):
-            lg.append(log)
+            lg.append(lg.log)
             if i % GC_EVERY == 0 or i == n:
-                lg.collect(log)
-        ctx.log(f"  {where}: {name} built in {time.perf_counter() - t:.1f} s, "
-                f"{lg.checkpoints()} checkpoints kept")
+                lg.collect(lg.log)
+        ctx.log(f"  {where}: {name} built in {time.perf_counter() - t:.1f} s")
 
     def timed(lg: _Log):
         def run(r: int) -> dict[str, Any]:

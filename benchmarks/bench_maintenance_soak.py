@@ -45,7 +45,7 @@ def _soak(ctx: h.Ctx, spark, name: str, seconds: float) -> dict[str, Any]:
     finally:
         q.stop()
     window = min(300.0, seconds / 4)  # the first and the last 5 minutes (quick: quarters)
-    first = [s for s in samples if s[0] <= window]
+    first = [s for s in samples if s[0] <= window] or samples[:1]
     last = [s[3] for s in samples if s[0] >= samples[-1][0] - window]
     add = [ms for _b, ms in sorted(batches.items())][2:]  # the query's first two: warm-up
     return {"p50_ms": h.pct(add, 50), "p99_ms": h.pct(add, 99), "batches": len(add),

@@ -33,10 +33,9 @@ def _base(uri: str, rows: int, memwal: bool) -> None:
         h.create_table(uri)
     chunks = (b for s in range(0, rows, 1_000_000)
               for b in h.arrow_rows(s, min(1_000_000, rows - s)).to_batches())
-    reader = pa.RecordBatchReader.from_batches(h.SCHEMA, chunks)
-    ds = lance.write_dataset(reader, uri, mode="append" if memwal else "create")
-    # A BTREE on the key, as compaction keeps it and a merge_insert user builds it.
-    ds.create_scalar_index("id", "BTREE")
+    ds = lance.write_dataset(pa.RecordBatchReader.from_batches(h.SCHEMA, chunks), uri,
+                             mode="append" if memwal else "create")
+    ds.create_scalar_index("id", "BTREE")  # as compaction keeps it, a merge_insert user too
 
 
 def _copy(src: str, dst: str) -> str:
@@ -55,10 +54,8 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
 
     root = ctx.scratch(f"pkc{base}")
     srcs = {MEMWAL: str(root / "memwal.lance"), LANCE: str(root / "lance.lance")}
-    t0 = time.perf_counter()
-    for name, src in srcs.items():
-        _base(src, base, name == MEMWAL)
-    ctx.log(f"  base of {base:,} rows built twice in {time.perf_counter() - t0:.0f} s")
+    secs = h.seconds(lambda: [_base(src, base, name == MEMWAL) for name, src in srcs.items()])
+    ctx.log(f"  base of {base:,} rows built twice in {secs:.0f} s")
     batches = [h.arrow_rows(base - upserts // 2 + i * upserts // 2, upserts)
                for i in range(rounds)]
     parts, total, final = 4 if rounds == 1 else 1, upserts * rounds, base + rounds * upserts // 2
@@ -81,9 +78,7 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
     def timed(body):
         def run(r: int) -> dict[str, Any]:
             uri = _copy(srcs[LANCE], str(root / "run.lance"))
-            t = time.perf_counter()
-            body(uri)
-            secs = time.perf_counter() - t
+            secs = h.seconds(lambda: body(uri))
             assert lance.dataset(uri).count_rows() >= final
             return {"rows_s": total / secs, "seconds": secs}
         return run

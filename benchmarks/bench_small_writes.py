@@ -29,8 +29,7 @@ DIRS = ("data", "_versions", "_transactions", "")
 def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 2,
          writers: int = WRITERS, only: tuple[str, ...] | None = None) -> tuple[dict, dict]:
     """One store's competitors (``only`` these), alternated: ``writers`` threads x ``n``
-    appends; each warms up with ``warm`` appends per writer. The case and its runs; with
-    every competitor, also a traced in-process append's store calls and fsyncs."""
+    appends (warm-up: ``warm``); the case and its runs (all: with traced store calls)."""
     import lance
 
     prefixed = {f"storage.{k}": v for k, v in (storage or {}).items()}  # as Spark takes them
@@ -58,28 +57,23 @@ def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 
                    else str(ctx.scratch("small") / "t.lance"))
             append, k = make(uri), n if r >= 0 else warm
             append(0)  # the table, untimed
-            objects, size = h.stored(uri, storage)
+            before = h.stored(uri, storage)
             out = h.concurrent_appends(spark, writers, k, ROWS, append)
-            objects_after, size_after = h.stored(uri, storage)
-            out["objects_per_append"] = (objects_after - objects) / (writers * k)
-            out["kb_per_append"] = (size_after - size) / (writers * k) / 1e3
+            (objects, size), per = h.stored(uri, storage), writers * k
+            out.update(objects_per_append=(objects - before[0]) / per,
+                       kb_per_append=(size - before[1]) / per / 1e3)
             assert count(uri) in (None, (writers * k + 1) * ROWS), f"{count(uri)} rows visible"
             return out
         return run
 
-    def lance_rows(uri: str) -> int:
-        return lance.dataset(uri, storage_options=storage).count_rows()
-
-    def memwal_rows(uri: str) -> int:
-        return h.committed_rows(uri, storage)
-
+    lance_rows = lambda u: lance.dataset(u, storage_options=storage).count_rows()  # noqa: E731
+    memwal_rows = lambda u: h.committed_rows(u, storage)  # noqa: E731
     comps = {MEMWAL: competitor(sink("memwal"), memwal_rows),
              UNKEPT: competitor(sink("memwal", keep_writers="false"), memwal_rows),
              LANCE: competitor(lance_append, lance_rows),
              LANCE_SYNC: competitor(lambda u: lance_append(u, True), lance_rows),
              NOOP: competitor(sink("noop_arrow"), lambda u: None),
              NOOP_PLAIN: competitor(sink("noop_arrow", measures="false"), lambda u: None),
-             # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
              DURABLE: competitor(sink(durable_sink.NAME),
                                  lambda u: durable_sink.committed_rows(u, storage))}
     comps = {k: v for k, v in comps.items() if k in (only or comps) and not (
@@ -106,14 +100,13 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         with h.spark_session(ctx, master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
                              **{"spark.scheduler.mode": "FAIR", **conf}) as spark:
-            # The JVM is one for the whole run (PySpark keeps its gateway across
-            # sessions): the first case warms its JIT up with two rounds' appends, or its
-            # first timed repeats pay the warm-up (JVM CPU per append 60-97 ms in repeat
-            # 1, 37-43 by repeat 3), worst for whoever runs first there.
+            # One JVM for the whole run: its first case warms the JIT up with two rounds'
+            # appends (JVM CPU per append: 60-97 ms in repeat 1 without, 37-43 by 3).
             here = [case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
             with h.s3_bucket(ctx, BUCKET) as (server, skipped):
                 here += [case(ctx, spark, n, server.storage_options())] if server else []
         cases += [{**c, "label": f"{c['where']}, {socket}"} for c, _runs in here]
+
     def goals(c: dict[str, Any], w: str) -> list[dict[str, Any]]:
         rt, io = c["rows_s"], {k: ", ".join(f"{op} {v:.1f}" for op, v in c[k]["per_append"].items())
                                for k in ("io_per_append", "io_per_append_unkept")}

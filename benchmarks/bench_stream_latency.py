@@ -68,11 +68,9 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str,
         return start
 
     def foreach(path, conf):
-        def append(df, batch_id: int) -> None:
-            lance.write_dataset(df.toArrow(), path, mode="append")
-
         lance.write_dataset(h.frame(spark, 0, 1).toArrow(), path)  # the table, untimed
-        return lambda: conf(stream().writeStream.foreachBatch(append)).start()
+        return lambda: conf(stream().writeStream.foreachBatch(
+            lambda df, _id: lance.write_dataset(df.toArrow(), path, mode="append"))).start()
 
     runs = h.alternate(ctx, {MEMWAL: competitor(sink("memwal")), FOREACH: competitor(foreach),
                              NOOP: competitor(sink("noop_arrow")),
@@ -86,15 +84,13 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str,
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
-    # The p99 of N batches is about their largest: 15 made it one batch's luck (the goal
-    # missed and met by turns between runs); 40 per repeat, and a pooled p99 of all.
+    # The p99 of N batches is about their largest: 40 per repeat, and a pooled p99 of all.
     batches = ctx.pick(5, 40, 60)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         with h.spark_session(ctx, **conf) as spark:
-            # PySpark keeps one JVM for the whole run: the run's first case warms its JIT
-            # up with a repeat's worth of batches per competitor (with 2, memwal, first in
-            # repeat 1, ran at p50 67 ms there and 30 ms in repeats 2 and 3).
+            # One JVM for the whole run: its first case warms the JIT up with a repeat's
+            # batches per competitor (with 2, memwal's p50 was 67 ms in repeat 1, 30 later).
             first = "1 second" if not cases else None
             cases += [_case(ctx, spark, t, batches, socket, warm=batches if t == first else 2)
                       for t in ("1 second", "500 milliseconds")]

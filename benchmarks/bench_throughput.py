@@ -8,7 +8,6 @@ fsyncing the directory; and ``mem_wal_writer`` (no fsync on local disk, a MemTab
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -53,8 +52,7 @@ def _raw(root: str, encoded, mode: str) -> None:
             os.close(fd)
             if mode == "parallel":
                 pool.submit(h.fsync_path, path)
-    # Leaving the with-block waited for the pool's fsyncs; then the directory.
-    h.fsync_path(os.path.join(root, "_mem_wal", shard, "wal"))
+    h.fsync_path(os.path.join(root, "_mem_wal", shard, "wal"))  # after the pool's fsyncs
 
 
 def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
@@ -67,9 +65,7 @@ def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
     def timed(setup, body):
         def run(r: int) -> dict[str, Any]:
             arg = setup(str(ctx.scratch("tp")))
-            t = time.perf_counter()
-            body(arg)
-            return {"mb_s": nbytes / (time.perf_counter() - t) / h.MB}
+            return {"mb_s": nbytes / h.seconds(lambda: body(arg)) / h.MB}
         return run
 
     def put_all(w) -> None:
@@ -77,15 +73,12 @@ def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
             w.put(b)
         w.close()
 
-    def native_table(root: str):
-        h.create_table(root + "/t.lance")
-        return lance.dataset(root + "/t.lance")
-
     comps = {OURS: timed(lambda root: root + "/t.lance", lambda uri: put_all(
                  open_shard_writer(uri, str(uuid.uuid4()), schema, cfg))),
              **{name: timed(lambda root: root, lambda root, m=m: _raw(root, encoded, m))
                 for m, name in RAW.items()},
-             NATIVE: timed(native_table, lambda ds: put_all(ds.mem_wal_writer(
+             NATIVE: timed(lambda root: h.create_table(root + "/t.lance") or lance.dataset(
+                 root + "/t.lance"), lambda ds: put_all(ds.mem_wal_writer(
                  str(uuid.uuid4()), durable_write=False, max_wal_buffer_size=size)))}
     runs = h.alternate(ctx, comps, label=f"{batches[0].num_rows:,} rows, {size // h.KiB} KiB: ")
     comp = h.stats(runs)

@@ -153,8 +153,7 @@ STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "h
 
 @contextlib.contextmanager
 def io_trace() -> Iterator[list[tuple[str, str, float]]]:
-    """``(op, key or path, ms)`` of every ObjectStore call (outermost only) and every
-    ``os.fsync`` while active."""
+    """``(op, key or path, ms)`` of every (outermost) ObjectStore call and ``os.fsync``."""
     events: list[tuple[str, str, float]] = []
     local, undo, classes, todo = threading.local(), [(os, "fsync", os.fsync)], [], [ObjectStore]
     while todo:  # every store class, wherever it lives
@@ -189,8 +188,8 @@ def io_trace() -> Iterator[list[tuple[str, str, float]]]:
 
 def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
                   rows: int = 5_000, **options: str) -> dict[str, Any]:
-    """Store calls and fsyncs per in-process append (:func:`inproc_append`, the code a
-    Spark append runs), after one untimed append; and what the last append touched."""
+    """Store calls and fsyncs per :func:`inproc_append` after an untimed one; and what
+    the last append touched."""
     inproc_append(uri, arrow_rows(0, rows), storage, **options)
     with io_trace() as events:
         for i in range(1, n + 1):
@@ -301,19 +300,19 @@ def per_case(title: str, config: dict[str, Any], cases: list[dict[str, Any]], he
              cols: Sequence[tuple[str, str, str]], goals: Callable[[dict[str, Any], str], list],
              plots: Sequence[tuple[str, str, str]], vs: dict[str, str] | None = None,
              **extra: Any) -> dict[str, Any]:
-    """The result of a scenario reporting per case (``label``, ``competitors``): a table
-    row per case and competitor (first column ``head``, then ``cols``: header, key, format;
-    then per ``vs`` header the case's ratios dict of that key), ``goals(case, label)``
-    its targets, a panel per ``plots`` entry (title after the label, key, unit)."""
+    """A result by case (``label``, ``competitors``): a row per case and competitor
+    (``head``, then ``cols``: header, key, format; then per ``vs`` header the case's ratios
+    at that key), ``goals(case, label)``, a panel per ``plots`` (title, key, unit); ``extra``
+    added (or replacing)."""
     vs = vs or {}
-    return {"title": title, "config": config, "cases": cases, **extra,
+    return {"title": title, "config": config, "cases": cases,
             "targets": [t for c in cases for t in goals(c, c["label"])],
             "panels": [panel(f"{c['label']}: {t}" if t else c["label"], c["competitors"], k, u)
                        for c in cases for t, k, u in plots],
             "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs],
                       "rows": [r for c in cases for r in rows(
                           c["competitors"], [(k, f) for _h, k, f in cols], c["label"],
-                          vs=[c[k] for k in vs.values()])]}}
+                          vs=[c[k] for k in vs.values()])]}, **extra}
 
 
 # --- the machine and its load ------------------------------------------------------
@@ -341,10 +340,9 @@ def machine_info(workdir: str) -> dict[str, Any]:
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    d = m["disk"]
     return (f"{m['cpu_model']}, {m['logical_cores']} cores, {m['ram_gb']} GB RAM, "
-            f"{d.get('fstype')} on {d.get('device')}, py {m['python']}, pyarrow {m['pyarrow']}, "
-            f"pylance {m['pylance']}")
+            f"{m['disk'].get('fstype')} on {m['disk'].get('device')}, py {m['python']}, "
+            f"pyarrow {m['pyarrow']}, pylance {m['pylance']}")
 
 
 def _own_cpu() -> float:
@@ -409,8 +407,7 @@ def rss_peak() -> Iterator[dict[str, int]]:
                     if p.pid not in old and "python" in p.name():
                         out["peak"] = max(out["peak"], p.memory_info().rss)
 
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
+    (thread := threading.Thread(target=sample, daemon=True)).start()
     try:
         yield out
     finally:
@@ -428,9 +425,8 @@ WORKER_SOCKETS = {"tcp (Spark's default)": {},
 
 @contextlib.contextmanager
 def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
-    """A ``master`` SparkSession (UI off, workers on this interpreter) with ``memwal``,
-    ``noop_arrow``, ``durable_arrow`` and ``sources`` registered, stopped on exit; its
-    settings go to the log and the JSON (the same for every competitor of the scenario)."""
+    """A ``master`` SparkSession (UI off, workers on this interpreter), ``memwal``, the
+    sinks of :mod:`durable_sink` and ``sources`` registered; its settings logged."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in path:  # workers import benchmarks for its sinks
@@ -476,8 +472,7 @@ def concurrent_appends(spark, writers: int, n: int, rows: int,
     """``writers`` threads, ``n`` appends of ``rows`` rows each (``append(first id)``);
     rows/s, appends/s and latency per append, plus CPU seconds per append by process
     (``other``: the rest of this process's tree, in practice the local S3 server)."""
-    lat: list[float] = []
-    gate = threading.Barrier(writers)
+    lat, gate = [], threading.Barrier(writers)
 
     def writer(w: int) -> None:
         # A new JVM thread has no active session; Python sources are found through it.
@@ -509,8 +504,8 @@ def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
 
 
 def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
-    """One horizontal bar panel per ``[title, {competitor: summary}, x label]``: medians
-    with min-max bars (ours red); title with the load, footer with the machine."""
+    """A panel per ``[title, {name: summary or [(x, y, ...)]}, x label]``: medians with
+    min-max bars (ours red) or lines; title with the load, footer with the machine."""
     import matplotlib
 
     matplotlib.use("Agg")
