@@ -1,7 +1,7 @@
 """A stream soaking a primary-key table, automatic maintenance on vs off (issue 46).
 
-A 1 s trigger upserts 5,000-row micro-batches (ids cycle over 200k keys, so the whole
-table stays 200k rows and only the uncompacted tail can grow) for 20 minutes (2 with
+A 1 s trigger upserts 5,000-row micro-batches (ids cycle over 50k keys, so the whole
+table stays 50k rows and only the uncompacted tail can grow) for 20 minutes (2 with
 ``--quick``), ``auto_maintain`` on (the streams' default; gc retention 30 s) vs
 ``false``, alternated. Every ~10 s: pending commit records, WAL objects and a
 ``view=table`` read of the whole table; ``addBatch`` of every micro-batch.
@@ -17,7 +17,7 @@ from memwal_datasource import MemWalTable
 from . import harness as h
 
 NAME = "maintenance_soak"
-ROWS, KEYS, EVERY_S = 5_000, 200_000, 10.0
+ROWS, KEYS, EVERY_S = 5_000, 50_000, 10.0
 ON, OFF = "memwal, auto_maintain on (default)", "memwal, auto_maintain=false"
 OPTIONS = {ON: {"maintain_gc_retain_s": "30"}, OFF: {"auto_maintain": "false"}}
 
@@ -61,7 +61,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         runs = h.alternate(ctx, {n: lambda r, n=n: _soak(ctx, spark, n, seconds if r >= 0 else 20)
                                  for n in (ON, OFF)})
     comp = h.stats(runs)
-    rt = {k: h.ratios(runs, ON, k, [OFF])[OFF] for k in ("p50_ms", "p99_ms")}
+    rt = {k: h.ratios(runs, ON, k, [OFF]) for k in ("p50_ms", "p99_ms")}
     series = {f"{n}, repeat {r + 1}": x["samples"] for n, rs in runs.items()
               for r, x in enumerate(rs)}
     out = h.per_case(
@@ -69,7 +69,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         "into a primary-key table: automatic maintenance on vs off",
         {"seconds": seconds, "rows_per_batch": ROWS, "keys": KEYS, "sample_every_s": EVERY_S,
          "options": OPTIONS, "thresholds": "defaults (64 pending records, 64 MB, 300 s)"},
-        [{"label": "local disk", "competitors": comp, "vs": rt["p50_ms"], "vs99": rt["p99_ms"]}],
+        [{"label": "local disk", "competitors": comp, **rt}],
         "case", [("addBatch p50 ms", "p50_ms", "{:.0f}"), ("addBatch p99 ms", "p99_ms", "{:.0f}"),
                  ("max pending records", "max_pending", "{:.0f}"),
                  ("WAL objects first", "wal_first", "{:.0f}"),
@@ -82,8 +82,8 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                 [x["wal_last"] for x in runs[ON]], [max(x["wal_first"], 1) for x in runs[ON]])),
             h.target("maintenance on: view=table read, last / first window", comp[ON][
                 "read_last_first"], 1.2, at_most=True),
-            *(h.target(f"on / off addBatch {k[:3]}", rt[k], 1.1, at_most=True) for k in rt)],
+            *(h.target(f"on / off addBatch {k[:3]}", rt[k][OFF], 1.1, at_most=True) for k in rt)],
         [("addBatch p50", "p50_ms", "ms"), ("addBatch p99", "p99_ms", "ms")],
-        {"on / it p50": "vs", "on / it p99": "vs99"}, competitors=comp, series=series)
+        {"on / it p50": "p50_ms", "on / it p99": "p99_ms"}, competitors=comp, series=series)
     out["panels"].append(["pending commit records over time", series, "s"])
     return out
