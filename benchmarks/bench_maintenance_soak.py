@@ -23,7 +23,8 @@ OPTIONS = {ON: {"maintain_gc_retain_s": "30"}, OFF: {"auto_maintain": "false"}}
 
 
 def _soak(ctx: h.Ctx, spark, name: str, seconds: float) -> dict[str, Any]:
-    root = ctx.scratch("soak")
+    # A new path per run: a worker's maintainer of a deleted path keeps that table's view.
+    root = ctx.scratch(f"soak-{time.monotonic_ns()}")
     uri, ck, samples, batches = str(root / "t.lance"), str(root / "ck"), [], {}
     h.create_table(uri)  # primary key id, untimed
     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS)
