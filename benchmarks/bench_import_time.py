@@ -1,9 +1,8 @@
 """From a fresh Python process to the first ``write()`` of a WAL-only task.
 
-A subprocess does what a Spark worker does for its first memwal task: unpickle the
-driver's writer (cloudpickle, as Spark ships it) and ``write()`` 5,000 rows; against
-``import lance`` + ``write_dataset`` and an empty process. Seconds from launch, and the
-heavy modules (lance, pandas, numpy...) loaded by the import and by the write.
+A subprocess unpickles the driver's writer (cloudpickle, as Spark ships it) and
+``write()``s 5,000 rows, vs ``import lance`` + ``write_dataset`` and an empty process:
+seconds from launch, and the heavy modules (lance, pandas...) the import and write load.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
 
     root = ctx.scratch("import")
     rows, table, lance_uri = str(root / "rows.arrow"), str(root / "t.lance"), str(root / "l.lance")
-    with pa.OSFile(rows, "wb") as f, pa.ipc.new_file(f, h.arrow_rows(0, 5_000).schema) as w:
+    with pa.OSFile(rows, "wb") as f, pa.ipc.new_file(f, h.SCHEMA) as w:
         w.write_table(h.arrow_rows(0, 5_000))
     h.inproc_append(table, h.arrow_rows(0, 5_000))  # the table exists, as for any append
     lance.write_dataset(h.arrow_rows(0, 5_000), lance_uri)
@@ -77,20 +76,20 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
              "lance": "import lance + write_dataset append", "none": "nothing (the floor)"}
     runs = h.alternate(ctx, {names[k]: fresh(k) for k in names})
     comp, mem = h.stats(runs), runs[names["memwal"]][-1]
-    heavy = {n: f"{rs[-1]['heavy_after_import']} / {rs[-1]['heavy_after_write']}"
-             for n, rs in runs.items()}
-    return {"title": "Fresh process to the first write() of a WAL-only task",
-            "config": {"rows": 5_000, "baseline": "every process imports pyspark.sql.datasource "
-                                                  "and pyarrow first, as a Spark worker has"},
-            "competitors": comp, "heavy_modules_after_import_and_write": heavy,
-            "panels": [h.panel("launch to first write", comp, "to_first_write_s", "s")],
-            "table": {"columns": ["process", "to first write s", "worker start s", "import s",
-                                  "write s", "heavy modules after import / after write"],
-                      "rows": [[*r, heavy[r[0]]] for r in h.rows(comp, [
-                          (k, "{:.3g}") for k in ("to_first_write_s", "worker_start_s",
-                                                  "import_s", "write_s")])]},
-            "targets": [h.target("memwal task / lance append: launch to first write", h.ratios(
+    for n, rs in runs.items():
+        comp[n]["heavy"] = f"{rs[-1]['heavy_after_import']} / {rs[-1]['heavy_after_write']}"
+    return h.per_case(
+        "Fresh process to the first write() of a WAL-only task",
+        {"rows": 5_000, "baseline": "every process imports pyspark.sql.datasource and pyarrow "
+                                    "first, as a Spark worker has"},
+        [{"label": "local disk", "competitors": comp}], "case",
+        [*((k.replace("_s", " s").replace("_", " "), k, "{:.3g}") for k in (
+            "to_first_write_s", "worker_start_s", "import_s", "write_s")),
+         ("heavy modules after import / after write", "heavy", "{}")],
+        lambda c, w: [
+            h.target("memwal task / lance append: launch to first write", h.ratios(
                 runs, names["memwal"], "to_first_write_s", [names["lance"]])[names["lance"]]),
-                        {"what": "a WAL-only task loads neither lance nor pandas",
-                         "value": heavy[names["memwal"]],
-                         "met": not {"lance", "pandas"} & set(mem["heavy_after_write"])}]}
+            {"what": "a WAL-only task loads neither lance nor pandas",
+             "value": comp[names["memwal"]]["heavy"],
+             "met": not {"lance", "pandas"} & set(mem["heavy_after_write"])}],
+        [("launch to first write", "to_first_write_s", "s")], competitors=comp)

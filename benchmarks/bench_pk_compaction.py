@@ -1,12 +1,9 @@
 """Compacting 200k upserts into a large base vs a plain Lance ``merge_insert``.
 
-Bases of 1M, 10M, 30M rows (primary key ``id``, a BTREE on it, built untimed); the
-upserts (half update the base's last keys, half insert) go into the WAL by 4 in-process
-appends (untimed), then ``compact(uri)`` is timed, vs ``merge_insert("id")`` of the same
-rows (in memory) into a plain Lance table of the same size, the same merge forced to scan
-the key (``use_index(False)``: Lance's best join bounds how flat in base size a merge can
-be) and a plain append (the floor). Sustained: 32 appends of 200k upserts into 10M rows,
-compacted a round each vs a ``merge_insert`` each. A fresh copy of each base per repeat.
+Bases of 1M, 10M, 30M rows (key ``id`` with a BTREE, built untimed, copied per repeat);
+upserts (half updates, half inserts) go to the WAL by 4 appends, then ``compact(uri)`` is
+timed vs ``merge_insert("id")`` of the same rows into plain Lance (also forced to scan the
+key, and a plain append: the floor). Sustained: 32 x 200k into 10M, a round each.
 """
 
 from __future__ import annotations
@@ -24,10 +21,8 @@ from . import harness as h
 
 NAME = "pk_compaction"
 MEMWAL, LANCE = "memwal compact()", "Lance merge_insert (Arrow in memory)"
-# The same merge forced to scan the key column (Lance's other join): with LANCE (which
-# joins through the BTREE) it shows how flat in base size Lance's own best join is.
+# Lance's other join: with LANCE's (through the BTREE), how flat its best join is.
 LANCE_SCAN = "Lance merge_insert, scan join (use_index=False)"
-# No key join at all (wrong for upserts: reported as the floor of writing the rows).
 FLOOR = "Lance append of the same rows (no join; the floor)"
 
 
@@ -38,11 +33,9 @@ def _base(uri: str, rows: int, memwal: bool) -> None:
         h.create_table(uri)
     chunks = (b for s in range(0, rows, 1_000_000)
               for b in h.arrow_rows(s, min(1_000_000, rows - s)).to_batches())
-    reader = pa.RecordBatchReader.from_batches(h.arrow_rows(0, 1).schema, chunks)
-    ds = lance.write_dataset(reader, uri, mode="append" if memwal else "create")
-    # A BTREE on the key, as compaction maintains it (its first builds it once: 1 s at
-    # 10M rows here) and as a user making merge_inserts would build it.
-    ds.create_scalar_index("id", "BTREE")
+    ds = lance.write_dataset(pa.RecordBatchReader.from_batches(h.SCHEMA, chunks), uri,
+                             mode="append" if memwal else "create")
+    ds.create_scalar_index("id", "BTREE")  # as compaction keeps it, a merge_insert user too
 
 
 def _copy(src: str, dst: str) -> str:
@@ -54,18 +47,15 @@ def _copy(src: str, dst: str) -> str:
 
 
 def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any]:
-    """``rounds`` batches of ``upserts`` (each half updating the last one's inserts) into
-    one base: compaction (one batch: 4 appends, one round; more: an append and a round per
-    batch, the BTREE's upkeep included) vs a plain ``merge_insert`` per batch; with one
+    """``rounds`` batches of ``upserts`` into one base: compaction (one batch: 4 appends,
+    a round; more: an append and a round each) vs a ``merge_insert`` per batch; with one
     batch also the scan join and the floor."""
     import lance
 
     root = ctx.scratch(f"pkc{base}")
     srcs = {MEMWAL: str(root / "memwal.lance"), LANCE: str(root / "lance.lance")}
-    t0 = time.perf_counter()
-    for name, src in srcs.items():
-        _base(src, base, name == MEMWAL)
-    ctx.log(f"  base of {base:,} rows built twice in {time.perf_counter() - t0:.0f} s")
+    secs = h.seconds(lambda: [_base(src, base, name == MEMWAL) for name, src in srcs.items()])
+    ctx.log(f"  base of {base:,} rows built twice in {secs:.0f} s")
     batches = [h.arrow_rows(base - upserts // 2 + i * upserts // 2, upserts)
                for i in range(rounds)]
     parts, total, final = 4 if rounds == 1 else 1, upserts * rounds, base + rounds * upserts // 2
@@ -80,8 +70,7 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
         summary = compact(uri, max_records_per_round=parts)
         secs = time.perf_counter() - t
         assert len(summary.rounds) == rounds and lance.dataset(uri).count_rows() == final
-        # merge_s: inside Lance's merge_insert (the commit carrying a round's mark); own_s:
-        # the rest (WAL reads, the fold, round markers).
+        # merge_s: in merge_insert (its commit carries the mark); own_s: WAL reads, the fold
         merge_s = sum(x.merge_seconds for x in summary.rounds)
         return {"rows_s": total / secs, "seconds": secs, "merge_s": merge_s,
                 "own_s": secs - merge_s}
@@ -89,9 +78,7 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
     def timed(body):
         def run(r: int) -> dict[str, Any]:
             uri = _copy(srcs[LANCE], str(root / "run.lance"))
-            t = time.perf_counter()
-            body(uri)
-            secs = time.perf_counter() - t
+            secs = h.seconds(lambda: body(uri))
             assert lance.dataset(uri).count_rows() >= final
             return {"rows_s": total / secs, "seconds": secs}
         return run
@@ -108,8 +95,8 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
                       FLOOR: timed(lambda u: lance.write_dataset(batches[0], u, mode="append"))})
     runs = h.alternate(ctx, comps, warmup=0, label=f"{rounds} x {upserts:,} into {base:,}: ")
     shutil.rmtree(root, ignore_errors=True)
-    out = {"base_rows": base, "rounds": rounds, "competitors": h.stats(runs),
-           "ratio": h.ratios(runs, MEMWAL, "rows_s", [LANCE])[LANCE]}
+    out = {"label": f"{base:,} x{rounds}", "base_rows": base, "rounds": rounds,
+           "competitors": h.stats(runs), "ratio": h.ratios(runs, MEMWAL, "rows_s", [LANCE])[LANCE]}
     if rounds == 1:  # the same repeat's plain merge_insert beside compaction's own merge
         out["inside_merge"] = h.paired([x["merge_s"] for x in runs[MEMWAL]],
                                        [x["seconds"] for x in runs[LANCE]])
@@ -117,44 +104,43 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
     return out
 
 
+def _goals(c: dict[str, Any], b: str) -> list[dict[str, Any]]:
+    if c["rounds"] > 1:
+        return [h.target(f"{c['rounds']} appends of upserts into {c['base_rows']:,} rows, "
+                         "compacted a round each / a merge_insert each rows/s", c["ratio"])]
+    return [h.target(f"base {b}: compaction / merge_insert rows/s (compaction also reads and "
+                     "dedups the WAL)", c["ratio"], 1.0),
+            h.target(f"base {b}: compaction / a plain append of the same rows (the floor: no "
+                     "key join)", c["floor_ratio"]),
+            h.target(f"base {b}: compaction's time inside Lance's merge_insert (with the MemWAL "
+                     "mark) / the plain merge_insert's time (the ceiling of the goal above)",
+                     c["inside_merge"])]
+
+
 def run(ctx: h.Ctx) -> dict[str, Any]:
     upserts = ctx.pick(10_000, 200_000)
     cases = [_case(ctx, base, upserts)
              for base in ctx.pick((20_000, 100_000), (1_000_000, 10_000_000, 30_000_000))]
     sus = _case(ctx, ctx.pick(100_000, 10_000_000), upserts, ctx.pick(3, 32))
-    targets = [t for c in cases for b in [f"base {c['base_rows']:,}"] for t in (
-        h.target(f"{b}: compaction / merge_insert rows/s (compaction also reads and dedups the "
-                 "WAL)", c["ratio"], 1.0),
-        h.target(f"{b}: compaction / a plain append of the same rows (the floor: no key join)",
-                 c["floor_ratio"]),
-        h.target(f"{b}: compaction's time inside Lance's merge_insert (with the MemWAL mark) / "
-                 "the plain merge_insert's time (the ceiling of the goal above: its own work "
-                 "comes on top)", c["inside_merge"]))]
-    return {"title": f"{upserts:,} upserts into a primary-key base: memwal compaction vs Lance "
-                     "merge_insert",
-            "config": {"upserts": upserts, "wal": "4 in-process appends, enable_memtable=false"},
-            "cases": cases, "sustained": sus,
-            "panels": [h.panel(f"{c['rounds']} x upserts into {c['base_rows']:,} rows",
-                               c["competitors"], "rows_s", "rows/s") for c in [*cases, sus]],
-            "table": {"columns": ["base rows x batches", "competitor", "upserted rows/s", "s",
-                                  "in merge_insert s", "compaction's own s"],
-                      "rows": [r for c in [*cases, sus] for r in h.rows(c["competitors"], [
-                          ("rows_s", "{:,.0f}"), ("seconds", "{:.3g}"), ("merge_s", "{:.3g}"),
-                          ("own_s", "{:.3g}")], f"{c['base_rows']:,} x{c['rounds']}")]},
-            "targets": [*targets,
-                        _spread("compaction rows/s flat in base size: fastest / slowest base "
-                                "<= 2", cases, (MEMWAL,), 2.0),
-                        _spread("Lance merge_insert's best join (BTREE or scan) per base: "
-                                "fastest / slowest base (the ceiling of the flatness goal; "
-                                "reported, no goal)", cases, (LANCE, LANCE_SCAN), None),
-                        h.target(f"{sus['rounds']} appends of {upserts:,} upserts into "
-                                 f"{sus['base_rows']:,} rows, compacted a round each / a "
-                                 "merge_insert each rows/s", sus["ratio"])]}
+    out = h.per_case(
+        f"{upserts:,} upserts into a primary-key base: memwal compaction vs Lance merge_insert",
+        {"upserts": upserts, "wal": "4 in-process appends, enable_memtable=false"},
+        [*cases, sus], "base rows x batches", [
+            ("upserted rows/s", "rows_s", "{:,.0f}"), ("s", "seconds", "{:.3g}"),
+            ("in merge_insert s", "merge_s", "{:.3g}"), ("compaction's own s", "own_s", "{:.3g}")],
+        _goals, [("upserted rows/s", "rows_s", "rows/s")])
+    out["targets"] += [
+        _spread("compaction rows/s flat in base size: fastest / slowest base <= 2", cases,
+                (MEMWAL,), 2.0),
+        _spread("Lance merge_insert's best join (BTREE or scan) per base: fastest / slowest "
+                "base (the ceiling of the flatness goal; reported, no goal)", cases,
+                (LANCE, LANCE_SCAN), None)]
+    return out
 
 
 def _spread(what: str, cases: list[dict[str, Any]], names: tuple[str, ...],
             goal: float | None) -> dict[str, Any]:
-    """Fastest base / slowest base of the best of ``names``' median rows/s per base."""
+    """Fastest / slowest base of the best of ``names``' median rows/s per base."""
     med = [max(c["competitors"][k]["rows_s"]["median"] for k in names) for c in cases]
     spread = max(med) / min(med)
     return {"what": what, "met": None if goal is None else spread <= goal,

@@ -1,17 +1,13 @@
 """Writing a primary-key table from Spark: any DataFrame vs ``partition_for_table``.
 
-One cached DataFrame (4 partitions, every bucket of the default ``bucket(id, 16)`` in
-every partition) written to a fresh primary-key table as it is (tasks take turns per
-shard and spill to local disk) and prepared with ``partition_for_table(num_partitions=4)``
-(its shuffle timed), in WAL-only and MemTable mode, alternated. Then, in a second session
-with a fresh worker per task, the peak RSS of the Python workers of the WAL-only writes,
-of a write with no primary key (Spark's defaults) and of the no-op Python sink. Goal: a
-memwal worker's peak <= 2 x max_wal_buffer_size (10 MiB) + 300 MB.
+One cached DataFrame (4 partitions, every bucket in each) written to a fresh primary-key
+table as it is (tasks take turns per shard, spill) and through ``partition_for_table``
+(its shuffle timed), WAL-only and MemTable. Then, a fresh worker per task, the workers'
+peak RSS (also no primary key, and the no-op sink): goal <= 2 x 10 MiB buffers + 300 MB.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from memwal_datasource.log.commit import CommitLog
@@ -33,9 +29,7 @@ def _writes(ctx: h.Ctx, df, rows: int, modes: dict[str, str], rss: bool) -> dict
             path = str(ctx.scratch("pk") / "t.lance")
             write = prepare(path)  # untimed: partition_for_table creates the table
             with h.rss_peak() as peak:
-                t = time.perf_counter()
-                write.save(path)
-                secs = time.perf_counter() - t
+                secs = h.seconds(lambda: write.save(path))
             out = {"rows_s": rows / secs, **({"peak_rss_mb": peak["peak"] / h.MB} if rss else {})}
             if committed:
                 ranges = CommitLog(open_store(path)).visible()
@@ -73,22 +67,22 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             comp = h.stats(runs)
             rt = {m: h.paired([x["rows_s"] for x in runs[f"{m}: {PREPARED}"]],
                             [x["rows_s"] for x in runs[f"{m}: {ANY}"]]) for m in MODES}
-    return {"title": f"Spark df.write of {rows:,} rows to a primary-key table: any DataFrame vs "
-                     "partition_for_table; the Python workers' peak RSS",
-            "config": {"rows": rows, "table": "fresh per repeat, primary key id, bucket(id, 16)",
-                       "rss": "a fresh worker per task (worker.reuse=false), sampled every 20 ms",
-                       "rss_limit_mb": LIMIT_MB},
-            "competitors": comp, "rss": rss_comp, "ratios": rt,
-            "panels": [h.panel("rows/s", comp, "rows_s", "rows/s"),
-                       h.panel("peak worker RSS (WAL-only)", rss_comp, "peak_rss_mb", "MB")],
-            "table": {"columns": ["write", "rows/s", "committed ranges", "peak worker RSS MB"],
-                      "rows": h.rows({**{n: {**s, **rss_comp.get(n, {})} for n, s in comp.items()},
-                                      **{n: {"peak_rss_mb": rss_comp[n]["peak_rss_mb"]}
-                                         for n in (NO_PK, NOOP)}},
-                                     [("rows_s", "{:,.0f}"), ("ranges", "{:.0f}"),
-                                      ("peak_rss_mb", "{:.0f}")])},
-            "targets": [*(h.target(f"{m}: partition_for_table / any DataFrame rows/s", r)
-                          for m, r in rt.items()),
-                        *(h.target(f"{n}: memwal worker peak RSS MB", rss_comp[n]["peak_rss_mb"],
-                                   LIMIT_MB, at_most=True) for n in rss_comp if n != NOOP),
-                        h.target("no primary key: memwal / no-op worker peak RSS", rss_rt)]}
+    both = {**{n: {**s, **rss_comp.get(n, {})} for n, s in comp.items()},
+            **{n: {"peak_rss_mb": rss_comp[n]["peak_rss_mb"]} for n in (NO_PK, NOOP)}}
+    return h.per_case(
+        f"Spark df.write of {rows:,} rows to a primary-key table: any DataFrame vs "
+        "partition_for_table; the Python workers' peak RSS",
+        {"rows": rows, "table": "fresh per repeat, primary key id, bucket(id, 16)",
+         "rss": "a fresh worker per task (worker.reuse=false), sampled every 20 ms",
+         "rss_limit_mb": LIMIT_MB}, [{"label": "local disk", "competitors": both}], "case",
+        [("rows/s", "rows_s", "{:,.0f}"), ("committed ranges", "ranges", "{:.0f}"),
+         ("peak worker RSS MB", "peak_rss_mb", "{:.0f}")],
+        lambda c, w: [
+            *(h.target(f"{m}: partition_for_table / any DataFrame rows/s", r)
+              for m, r in rt.items()),
+            *(h.target(f"{n}: memwal worker peak RSS MB", rss_comp[n]["peak_rss_mb"], LIMIT_MB,
+                       at_most=True) for n in rss_comp if n != NOOP),
+            h.target("no primary key: memwal / no-op worker peak RSS", rss_rt)],
+        [], competitors=comp, rss=rss_comp, ratios=rt,
+        panels=[h.panel("rows/s", comp, "rows_s", "rows/s"),
+                h.panel("peak worker RSS (WAL-only)", rss_comp, "peak_rss_mb", "MB")])

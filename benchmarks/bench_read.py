@@ -1,9 +1,8 @@
 """``spark.read.format("memwal")`` vs a Python source serving the same batches from memory.
 
-A table written by memwal (WAL-only, Spark's defaults) and a parquet copy. The ceiling
-is ``memory_arrow``: one partition per shard, yielding that shard's WAL batches from
-the Python worker's memory (loaded once per worker in the warm-up; the scenario checks
-that timed runs loaded nothing). Each read is consumed by Spark's ``noop`` sink.
+A table written by memwal (WAL-only) and a parquet copy; the ceiling ``memory_arrow``
+yields each shard's WAL batches from the worker's memory (loaded in the warm-up; timed
+runs must load nothing). Each read is consumed by Spark's ``noop`` sink.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -33,8 +31,8 @@ def _wal_files(path: str) -> list[list[str]]:
 
 
 class MemoryReader(DataSourceReader):
-    def __init__(self, path: str, schema: pa.Schema):
-        self.path, self.schema = path, schema
+    def __init__(self, path: str):
+        self.path = path
 
     def partitions(self) -> list[InputPartition]:  # one per shard
         return [InputPartition(i) for i in range(len(_wal_files(self.path)))]
@@ -42,11 +40,10 @@ class MemoryReader(DataSourceReader):
     def read(self, partition: InputPartition):
         enter()  # memwal's worker measures (heap freeze, socket), so the ceiling stays one
         if self.path not in _MEMORY:  # the worker's first read: load every shard once
-            names = self.schema.names
-            _MEMORY[self.path] = [[pa.RecordBatch.from_arrays([b.column(n) for n in names],
-                                                              schema=self.schema)
-                                   for f in fs for b in pa.ipc.open_stream(pa.memory_map(f))]
-                                  for fs in _wal_files(self.path)]
+            _MEMORY[self.path] = [[pa.RecordBatch.from_arrays(
+                [b.column(n) for n in h.SCHEMA.names], schema=h.SCHEMA)
+                for f in fs for b in pa.ipc.open_stream(pa.memory_map(f))]
+                for fs in _wal_files(self.path)]
             with open(self.path + ".loads", "a") as f:
                 f.write(f"{os.getpid()}\n")
         yield from _MEMORY[self.path][partition.value]
@@ -58,14 +55,12 @@ class MemorySource(DataSource):
         return "memory_arrow"
 
     @entry_point
-    def schema(self) -> str:
-        return h.SPARK_COLUMNS
+    def schema(self):
+        return h.spark_schema()
 
     @entry_point
     def reader(self, schema) -> MemoryReader:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        return MemoryReader(self.options["path"], to_arrow_schema(schema))
+        return MemoryReader(self.options["path"])
 
 
 def _loads(path: str) -> int:
@@ -80,31 +75,24 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         df.write.format("memwal").mode("append").save(table)
         df.write.parquet(pq)
         assert spark.read.format("memwal").load(table).count() == rows
-
-        def consume(reader):
-            def run(r: int) -> dict[str, Any]:
-                t = time.perf_counter()
-                reader().write.format("noop").mode("overwrite").save()
-                return {"rows_s": rows / (time.perf_counter() - t)}
-            return run
-
-        comps = {MEMWAL: consume(lambda: spark.read.format("memwal").load(table)),
-                 CEILING: consume(lambda: spark.read.format("memory_arrow").load(table)),
-                 PARQUET: consume(lambda: spark.read.parquet(pq))}
+        comps = {name: lambda r, read=read: {"rows_s": rows / h.seconds(
+                     lambda: read().write.format("noop").mode("overwrite").save())}
+                 for name, read in ((MEMWAL, lambda: spark.read.format("memwal").load(table)),
+                                    (CEILING, lambda: spark.read.format("memory_arrow").load(
+                                        table)), (PARQUET, lambda: spark.read.parquet(pq)))}
         h.alternate(ctx, comps, repeats=1)  # two warm-ups: every worker has loaded
         loads = _loads(table + ".loads")
         runs = h.alternate(ctx, comps, warmup=0)
         timed_loads, entries = _loads(table + ".loads") - loads, sum(map(len, _wal_files(table)))
     shutil.rmtree(root, ignore_errors=True)
     comp, rt = h.stats(runs), h.ratios(runs, MEMWAL, "rows_s", [CEILING, PARQUET])
-    return {"title": f"spark.read of {rows:,} WAL rows vs a Python source serving them from memory",
-            "config": {"rows": rows, "wal_entries": entries, "consumed_by": "format('noop')"},
-            "competitors": comp, "ratios": rt,
-            "panels": [h.panel("spark.read rows/s", comp, "rows_s", "rows/s")],
-            "table": {"columns": ["competitor", "rows/s", "memwal / it"],
-                      "rows": h.rows(comp, [("rows_s", "{:,.0f}")], vs=rt)},
-            "targets": [h.target("spark.read memwal / in-memory Python source rows/s",
-                                 rt[CEILING], 0.9),
-                        h.target("spark.read memwal / spark.read parquet rows/s", rt[PARQUET]),
-                        {"what": "the in-memory source loaded nothing in timed runs",
-                         "value": f"{timed_loads} loads", "met": timed_loads == 0}]}
+    return h.per_case(
+        f"spark.read of {rows:,} WAL rows vs a Python source serving them from memory",
+        {"rows": rows, "wal_entries": entries, "consumed_by": "format('noop')"},
+        [{"label": "local disk", "competitors": comp, "vs": rt}], "case",
+        [("rows/s", "rows_s", "{:,.0f}")], lambda c, w: [
+            h.target("spark.read memwal / in-memory Python source rows/s", rt[CEILING], 0.9),
+            {"what": "the in-memory source loaded nothing in timed runs",
+             "value": f"{timed_loads} loads", "met": timed_loads == 0}],
+        [("spark.read rows/s", "rows_s", "rows/s")], {"memwal / it": "vs"},
+        competitors=comp, ratios=rt)

@@ -1,14 +1,10 @@
 """4 concurrent Spark writers x N appends x 5,000 rows, one job each.
 
-memwal (defaults: kept writers; and ``keep_writers=false``) vs the plain Lance append
-(``lance.write_dataset(df.toArrow(), uri, mode="append")``; on local disk also made
-durable by fsyncing what it wrote) vs the no-op Python sink, with and without memwal's
-worker measures, vs the durable Python sink (``durable_sink``); local disk and S3
-(SeaweedFS), over Spark's TCP and over Unix domain sockets. rows/s, p50/p99 per append,
-CPU per append of the driver JVM (its JIT compiles each small job anew) and of the S3
-server, net objects and KB per append (memwal compresses WAL entries on S3 by default,
-Lance encodes its data files), and the store calls and fsyncs of the same append run
-in-process (:func:`harness.io_per_append`).
+memwal (kept writers; ``keep_writers=false``) vs ``lance.write_dataset(df.toArrow(),
+mode="append")`` (on local disk also fsynced) vs the no-op Python sink (with and without
+memwal's worker measures) vs ``durable_sink``; local disk and S3, over TCP and Unix
+sockets. rows/s, p50/p99, JVM and S3-server CPU, objects and KB per append, and the
+store calls and fsyncs of the same append in-process.
 """
 
 from __future__ import annotations
@@ -33,8 +29,7 @@ DIRS = ("data", "_versions", "_transactions", "")
 def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 2,
          writers: int = WRITERS, only: tuple[str, ...] | None = None) -> tuple[dict, dict]:
     """One store's competitors (``only`` these), alternated: ``writers`` threads x ``n``
-    appends; each warms up with ``warm`` appends per writer. The case and its runs; with
-    every competitor, also a traced in-process append's store calls and fsyncs."""
+    appends (warm-up: ``warm``); the case and its runs (all: with traced store calls)."""
     import lance
 
     prefixed = {f"storage.{k}": v for k, v in (storage or {}).items()}  # as Spark takes them
@@ -53,8 +48,7 @@ def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 
             lance.write_dataset(h.frame(spark, start, ROWS).toArrow(), uri, mode="append",
                                 storage_options=storage)
             if durable:  # what Lance's local store leaves to the OS: new files, then names
-                for path in sorted(listing() - before) + [os.path.join(uri, d) for d in DIRS]:
-                    h.fsync_path(path)
+                h.fsync_path(*sorted(listing() - before), *(os.path.join(uri, d) for d in DIRS))
         return append
 
     def competitor(make, count):
@@ -63,28 +57,23 @@ def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 
                    else str(ctx.scratch("small") / "t.lance"))
             append, k = make(uri), n if r >= 0 else warm
             append(0)  # the table, untimed
-            objects, size = h.stored(uri, storage)
+            before = h.stored(uri, storage)
             out = h.concurrent_appends(spark, writers, k, ROWS, append)
-            objects_after, size_after = h.stored(uri, storage)
-            out["objects_per_append"] = (objects_after - objects) / (writers * k)
-            out["kb_per_append"] = (size_after - size) / (writers * k) / 1e3
+            (objects, size), per = h.stored(uri, storage), writers * k
+            out.update(objects_per_append=(objects - before[0]) / per,
+                       kb_per_append=(size - before[1]) / per / 1e3)
             assert count(uri) in (None, (writers * k + 1) * ROWS), f"{count(uri)} rows visible"
             return out
         return run
 
-    def lance_rows(uri: str) -> int:
-        return lance.dataset(uri, storage_options=storage).count_rows()
-
-    def memwal_rows(uri: str) -> int:
-        return h.committed_rows(uri, storage)
-
+    lance_rows = lambda u: lance.dataset(u, storage_options=storage).count_rows()  # noqa: E731
+    memwal_rows = lambda u: h.committed_rows(u, storage)  # noqa: E731
     comps = {MEMWAL: competitor(sink("memwal"), memwal_rows),
              UNKEPT: competitor(sink("memwal", keep_writers="false"), memwal_rows),
              LANCE: competitor(lance_append, lance_rows),
              LANCE_SYNC: competitor(lambda u: lance_append(u, True), lance_rows),
              NOOP: competitor(sink("noop_arrow"), lambda u: None),
              NOOP_PLAIN: competitor(sink("noop_arrow", measures="false"), lambda u: None),
-             # Two durable objects per append and nothing else (benchmarks/durable_sink.py).
              DURABLE: competitor(sink(durable_sink.NAME),
                                  lambda u: durable_sink.committed_rows(u, storage))}
     comps = {k: v for k, v in comps.items() if k in (only or comps) and not (
@@ -111,49 +100,43 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         with h.spark_session(ctx, master=os.environ.get("MEMWAL_BENCH_MASTER", "local[2]"),
                              **{"spark.scheduler.mode": "FAIR", **conf}) as spark:
-            # The JVM is one for the whole run (PySpark keeps its gateway across
-            # sessions): the first case warms its JIT up with two rounds' appends, or its
-            # first timed repeats pay the warm-up (JVM CPU per append 60-97 ms in repeat
-            # 1, 37-43 by repeat 3), worst for whoever runs first there.
+            # One JVM for the whole run: its first case warms the JIT up with two rounds'
+            # appends (JVM CPU per append: 60-97 ms in repeat 1 without, 37-43 by 3).
             here = [case(ctx, spark, n, None, warm=2 * n if not cases else 2)]
             with h.s3_bucket(ctx, BUCKET) as (server, skipped):
                 here += [case(ctx, spark, n, server.storage_options())] if server else []
-        for c, _runs in here:
-            c["where"] = f"{c['where']}, {socket}"
-            cases.append(c)
-    rows, targets, panels = [], [], []
-    for c in cases:
-        w, comp, rt = c["where"], c["competitors"], c["rows_s"]
-        rows += h.rows(comp, [("rows_s", "{:,.0f}"), ("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                              *((f"cpu_s_per_append {k}", "{:.3f}") for k in ("jvm", "other")),
-                              ("objects_per_append", "{:.2f}"), ("kb_per_append", "{:.0f}")],
-                       w, vs=rt)
-        io = {m: ", ".join(f"{k} {v:.1f}" for k, v in c[key]["per_append"].items())
-              for m, key in (("defaults", "io_per_append"), ("unkept", "io_per_append_unkept"))}
-        targets += [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
-                    h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
-                             at_most=True),
-                    h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
-                    *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC],
-                                1.0)] if LANCE_SYNC in rt else []),
-                    h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs "
-                             "any sink)", c["durable_vs_noop"][NOOP]),
-                    h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
-                             "rows/s", c["measures"][NOOP_PLAIN]),
-                    h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
-                             c["unkept"][LANCE]),
-                    h.target(f"{w}: memwal objects written per append",
-                             comp[MEMWAL]["objects_per_append"], 3, at_most=True),
-                    {"what": f"{w}: store calls and fsyncs per in-process append (reported)",
-                     "met": None, "value": f"defaults: {io['defaults']}; keep_writers=false: "
-                                           f"{io['unkept']}"}]
-        panels += [h.panel(f"{w}: rows/s", comp, "rows_s", "rows/s"),
-                   h.panel(f"{w}: p99 per append", comp, "p99_ms", "ms")]
-    return {"title": f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: "
-                     "memwal vs the plain Lance append",
-            "config": {"writers": WRITERS, "appends_per_writer": n, "rows_per_append": ROWS,
-                       "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
-            "cases": cases, "targets": targets, "panels": panels,
-            "table": {"columns": ["where", "competitor", "rows/s", "p50 ms", "p99 ms",
-                                  "driver JVM CPU s/append", "S3 server CPU s/append",
-                                  "objects/append", "KB/append", "memwal / it"], "rows": rows}}
+        cases += [{**c, "label": f"{c['where']}, {socket}"} for c, _runs in here]
+
+    def goals(c: dict[str, Any], w: str) -> list[dict[str, Any]]:
+        rt, io = c["rows_s"], {k: ", ".join(f"{op} {v:.1f}" for op, v in c[k]["per_append"].items())
+                               for k in ("io_per_append", "io_per_append_unkept")}
+        return [h.target(f"{w}: memwal / Lance append rows/s", rt[LANCE], 1.0),
+                h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE], 1.2,
+                         at_most=True),
+                h.target(f"{w}: memwal / no-op Python sink rows/s", rt[NOOP], 0.9),
+                *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[LANCE_SYNC], 1.0)]
+                  if LANCE_SYNC in rt else []),
+                h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs any "
+                         "sink)", c["durable_vs_noop"][NOOP]),
+                h.target(f"{w}: no-op Python sink with / without memwal's worker measures "
+                         "rows/s", c["measures"][NOOP_PLAIN]),
+                h.target(f"{w}: memwal keep_writers=false / Lance append rows/s",
+                         c["unkept"][LANCE]),
+                h.target(f"{w}: memwal objects written per append",
+                         c["competitors"][MEMWAL]["objects_per_append"], 3, at_most=True),
+                {"what": f"{w}: store calls and fsyncs per in-process append (reported)",
+                 "met": None, "value": f"defaults: {io['io_per_append']}; keep_writers=false: "
+                                       f"{io['io_per_append_unkept']}"}]
+
+    return h.per_case(
+        f"{WRITERS} concurrent Spark writers x {n} appends x {ROWS:,} rows: memwal vs the plain "
+        "Lance append", {"writers": WRITERS, "appends_per_writer": n, "rows_per_append": ROWS,
+                         "s3_skipped": skipped, "options": "defaults (no primary key: WAL-only)"},
+        cases, "where", [("rows/s", "rows_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:.0f}"),
+                         ("p99 ms", "p99_ms", "{:.0f}"),
+                         ("driver JVM CPU s/append", "cpu_s_per_append jvm", "{:.3f}"),
+                         ("S3 server CPU s/append", "cpu_s_per_append other", "{:.3f}"),
+                         ("objects/append", "objects_per_append", "{:.2f}"),
+                         ("KB/append", "kb_per_append", "{:.0f}")],
+        goals, [("rows/s", "rows_s", "rows/s"), ("p99 per append", "p99_ms", "ms")],
+        {"memwal / it": "rows_s"})

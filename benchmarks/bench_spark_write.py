@@ -1,10 +1,8 @@
 """``df.write.format("memwal")`` vs a no-op Python sink and Spark's parquet writer.
 
-One cached DataFrame (4 partitions) written with 10k- and 100k-row Arrow batches by:
-memwal (Spark's defaults: no primary key, so WAL-only), the no-op
-``DataSourceArrowWriter`` (the most any Python sink can reach), Spark's parquet, and
-parquet made durable (its files and directories fsynced, like with like: memwal's rows
-are durable when the job returns). Fresh path per repeat; rows/s and cores busy.
+One cached DataFrame (4 partitions), 10k- and 100k-row Arrow batches: memwal (defaults:
+WAL-only), the no-op ``DataSourceArrowWriter`` (any Python sink's most), parquet, and
+parquet with its files fsynced (memwal's rows are durable when the job returns).
 """
 
 from __future__ import annotations
@@ -55,20 +53,16 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
             runs = h.alternate(ctx, comps, label=f"{batch:,}-row batches: ")
             rt = h.ratios(runs, WAL, "rows_s", [NOOP, PARQUET, PARQUET_SYNC])
             rt["noop/parquet"] = h.ratios(runs, NOOP, "rows_s", [PARQUET])[PARQUET]
-            cases.append({"batch_rows": batch, "competitors": h.stats(runs), "ratios": rt})
-    rows_t, targets = [], []
-    for c in cases:
-        c["label"] = b = f"{c['batch_rows']:,}-row batches"
-        rt = c["ratios"]
-        rows_t += h.rows(c["competitors"], [("rows_s", "{:,.0f}"), ("cores_busy", "{:.2f}")], b)
-        targets += [h.target(f"{b}: memwal / no-op Arrow writer rows/s", rt[NOOP], 0.97),
-                    h.target(f"{b}: memwal / Spark parquet rows/s", rt[PARQUET], 1.0),
-                    h.target(f"{b}: memwal / parquet made durable rows/s", rt[PARQUET_SYNC], 1.0),
-                    h.target(f"{b}: no-op writer / Spark parquet rows/s (any Python sink's most)",
-                           rt["noop/parquet"])]
-    return {"title": f"Spark df.write of {rows:,} rows: memwal vs no-op Python sink vs parquet",
-            "config": {"rows": rows, "partitions": 4, "timed": "df.write...save(path)"},
-            "cases": cases, "targets": targets,
-            "panels": [h.panel(c["label"], c["competitors"], "rows_s", "rows/s") for c in cases],
-            "table": {"columns": ["batches", "competitor", "rows/s", "cores busy"],
-                      "rows": rows_t}}
+            cases.append({"label": f"{batch:,}-row batches", "competitors": h.stats(runs),
+                          "ratios": rt})
+    return h.per_case(
+        f"Spark df.write of {rows:,} rows: memwal vs no-op Python sink vs parquet",
+        {"rows": rows, "partitions": 4, "timed": "df.write...save(path)"}, cases, "batches",
+        [("rows/s", "rows_s", "{:,.0f}"), ("cores busy", "cores_busy", "{:.2f}")],
+        lambda c, b: [
+            h.target(f"{b}: memwal / no-op Arrow writer rows/s", c["ratios"][NOOP], 0.97),
+            h.target(f"{b}: memwal / Spark parquet rows/s", c["ratios"][PARQUET], 1.0),
+            h.target(f"{b}: memwal / parquet made durable rows/s", c["ratios"][PARQUET_SYNC], 1.0),
+            h.target(f"{b}: no-op writer / Spark parquet rows/s (any Python sink's most)",
+                     c["ratios"]["noop/parquet"])],
+        [("", "rows_s", "rows/s")])

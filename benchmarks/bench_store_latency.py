@@ -25,9 +25,7 @@ UNKEPT = "memwal (keep_writers=false: every append claims anew)"
 
 def _append(proxy, fn) -> dict[str, float]:
     proxy.clear_records()
-    t = time.perf_counter()
-    fn()
-    ms = (time.perf_counter() - t) * 1e3
+    ms = h.seconds(fn) * 1e3
     return {"ms": ms, "requests": len(proxy.records()), "round_trips": proxy.round_trips()}
 
 
@@ -44,18 +42,11 @@ def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
         uris = {MEMWAL: f"{root}/memwal/t.lance", LANCE: f"{root}/lance/t.lance",
                 UNKEPT: f"{root}/unkept/t.lance"}
 
-        def memwal(start: int) -> None:
-            h.inproc_append(uris[MEMWAL], h.arrow_rows(start, ROWS), storage)
-
-        def unkept(start: int) -> None:  # a worker's first append, or keep_writers=false
-            h.inproc_append(uris[UNKEPT], h.arrow_rows(start, ROWS), storage,
-                            keep_writers="false")
-
-        def lance_append(start: int) -> None:
-            lance.write_dataset(h.arrow_rows(start, ROWS), uris[LANCE], mode="append",
-                                storage_options=storage)
-
-        comps = {MEMWAL: memwal, LANCE: lance_append, UNKEPT: unkept}
+        comps = {MEMWAL: lambda s: h.inproc_append(uris[MEMWAL], h.arrow_rows(s, ROWS), storage),
+                 LANCE: lambda s: lance.write_dataset(h.arrow_rows(s, ROWS), uris[LANCE],
+                                                      mode="append", storage_options=storage),
+                 UNKEPT: lambda s: h.inproc_append(uris[UNKEPT], h.arrow_rows(s, ROWS), storage,
+                                                   keep_writers="false")}
         for fn in comps.values():  # the table and a warm writer, untimed
             fn(0)
             fn(ROWS)

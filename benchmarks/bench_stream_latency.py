@@ -1,10 +1,8 @@
 """``addBatch`` latency of the memwal stream sink at 1 s and 0.5 s triggers.
 
-A ``rate-micro-batch`` source (5,000 rows/s) feeds, one query at a time, the memwal
-sink, ``foreachBatch`` + ``lance.write_dataset(append)``, the no-op and the durable
-Python stream sinks (``durable_sink``). p50/p99 of ``durationMs.addBatch`` of N non-empty
-batches after 2 (and a p99 of every repeat's batches together), over Spark's TCP sockets
-to the Python workers and over Unix domain sockets, each session with every competitor.
+A ``rate-micro-batch`` source (5,000 rows/s) feeds, one query at a time, the memwal sink,
+``foreachBatch`` + ``lance.write_dataset``, the no-op and the durable Python sinks: p50/p99
+of ``durationMs.addBatch`` of N non-empty batches after 2, over TCP and Unix sockets.
 """
 
 from __future__ import annotations
@@ -70,11 +68,9 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str,
         return start
 
     def foreach(path, conf):
-        def append(df, batch_id: int) -> None:
-            lance.write_dataset(df.toArrow(), path, mode="append")
-
         lance.write_dataset(h.frame(spark, 0, 1).toArrow(), path)  # the table, untimed
-        return lambda: conf(stream().writeStream.foreachBatch(append)).start()
+        return lambda: conf(stream().writeStream.foreachBatch(
+            lambda df, _id: lance.write_dataset(df.toArrow(), path, mode="append"))).start()
 
     runs = h.alternate(ctx, {MEMWAL: competitor(sink("memwal")), FOREACH: competitor(foreach),
                              NOOP: competitor(sink("noop_arrow")),
@@ -82,47 +78,39 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str,
                        label=f"{trigger}, {socket}: ")
     # Every timed batch of every repeat together: a p99 of 3 x N batches, not of N.
     pooled = {k: h.pct([b for x in rs for b in x["add_batch_ms"]], 99) for k, rs in runs.items()}
-    return {"trigger": f"{trigger}, {socket}", "competitors": h.stats(runs),
-            "p50": h.ratios(runs, MEMWAL, "p50_ms", [FOREACH, NOOP, DURABLE]),
-            "p99": h.ratios(runs, MEMWAL, "p99_ms", [FOREACH, NOOP, DURABLE]),
-            "pooled_p99_ms": pooled}
+    return {"label": f"{trigger}, {socket}", "competitors": h.stats(runs),
+            **{k: h.ratios(runs, MEMWAL, f"{k}_ms", [FOREACH, NOOP, DURABLE])
+               for k in ("p50", "p99")}, "pooled_p99_ms": pooled}
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
-    # The p99 of N batches is about their largest: 15 made it one batch's luck (the goal
-    # missed and met by turns between runs); 40 per repeat, and a pooled p99 of all.
+    # The p99 of N batches is about their largest: 40 per repeat, and a pooled p99 of all.
     batches = ctx.pick(5, 40, 60)
     cases = []
     for socket, conf in h.WORKER_SOCKETS.items():  # every competitor in each session
         with h.spark_session(ctx, **conf) as spark:
-            # PySpark keeps one JVM for the whole run: the run's first case warms its JIT
-            # up with a repeat's worth of batches per competitor (with 2, memwal, first in
-            # repeat 1, ran at p50 67 ms there and 30 ms in repeats 2 and 3).
+            # One JVM for the whole run: its first case warms the JIT up with a repeat's
+            # batches per competitor (with 2, memwal's p50 was 67 ms in repeat 1, 30 later).
             first = "1 second" if not cases else None
             cases += [_case(ctx, spark, t, batches, socket, warm=batches if t == first else 2)
                       for t in ("1 second", "500 milliseconds")]
-    rows, targets, panels = [], [], []
-    for c in cases:
-        t = c["trigger"]
-        rows += h.rows(c["competitors"], [("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}")], t)
+
+    def goals(c: dict[str, Any], t: str) -> list[dict[str, Any]]:
         pool = c["pooled_p99_ms"]  # one ratio: its "range" is that one value
-        targets += [*(h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch {k}",
-                               c[k][FOREACH], 1.0, at_most=True) for k in ("p50", "p99")),
-                    h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch p99 of every "
-                             "timed batch of every repeat together",
-                             h.summarize([pool[MEMWAL] / pool[FOREACH]])),
-                    h.target(f"trigger {t}: memwal / no-op sink addBatch p50", c["p50"][NOOP]),
-                    *(h.target(f"trigger {t}: memwal / durable Python sink addBatch {k}",
-                               c[k][DURABLE]) for k in ("p50", "p99"))]
-        panels += [h.panel(f"trigger {t}: addBatch {k}", c["competitors"], f"{k}_ms", "ms")
-                   for k in ("p50", "p99")]
-    return {"title": f"Streaming addBatch latency at {ROWS_PER_S:,} rows/s: memwal sink vs "
-                     "foreachBatch Lance append vs a no-op sink",
-            "config": {"batches_per_round": batches, "skipped_per_round": SKIP,
-                       "warm_up": f"{batches} batches per competitor before the run's first "
-                                  "case (a fresh JVM), 2 before the others",
-                       "source": "rate-micro-batch, numPartitions=1",
-                       "measure": "recentProgress durationMs.addBatch of non-empty batches"},
-            "cases": cases, "targets": targets, "panels": panels,
-            "table": {"columns": ["trigger", "sink", "addBatch p50 ms", "addBatch p99 ms"],
-                      "rows": rows}}
+        return [*(h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch {k}",
+                           c[k][FOREACH], 1.0, at_most=True) for k in ("p50", "p99")),
+                h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch p99 of every timed "
+                         "batch of every repeat together",
+                         h.summarize([pool[MEMWAL] / pool[FOREACH]]))]
+
+    return h.per_case(
+        f"Streaming addBatch latency at {ROWS_PER_S:,} rows/s: memwal sink vs foreachBatch "
+        "Lance append vs a no-op sink",
+        {"batches_per_round": batches, "skipped_per_round": SKIP,
+         "warm_up": f"{batches} batches per competitor before the run's first case (a fresh "
+                    "JVM), 2 before the others", "source": "rate-micro-batch, numPartitions=1",
+         "measure": "recentProgress durationMs.addBatch of non-empty batches"},
+        cases, "trigger", [("addBatch p50 ms", "p50_ms", "{:.0f}"),
+                           ("addBatch p99 ms", "p99_ms", "{:.0f}")], goals,
+        [(f"addBatch {k}", f"{k}_ms", "ms") for k in ("p50", "p99")],
+        {"memwal / it p50": "p50", "memwal / it p99": "p99"})

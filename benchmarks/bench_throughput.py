@@ -1,15 +1,13 @@
 """Core WAL-only writer vs raw durable loops of the same bytes, and pylance's writer.
 
 Ours (``open_shard_writer``, durable at ``close()``) vs the same encoded entries written
-at the WAL keys with ``O_EXCL`` by (a) parallel fsyncs, (b) ``O_DSYNC``, (c) one
-write+fsync per file, each then fsyncing the directory; and ``mem_wal_writer`` (no fsync
-on local disk, builds a MemTable: no goal).
+``O_EXCL`` by (a) parallel fsyncs, (b) ``O_DSYNC``, (c) write+fsync per file, each then
+fsyncing the directory; and ``mem_wal_writer`` (no fsync on local disk, a MemTable).
 """
 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -54,8 +52,7 @@ def _raw(root: str, encoded, mode: str) -> None:
             os.close(fd)
             if mode == "parallel":
                 pool.submit(h.fsync_path, path)
-    # Leaving the with-block waited for the pool's fsyncs; then the directory.
-    h.fsync_path(os.path.join(root, "_mem_wal", shard, "wal"))
+    h.fsync_path(os.path.join(root, "_mem_wal", shard, "wal"))  # after the pool's fsyncs
 
 
 def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
@@ -68,9 +65,7 @@ def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
     def timed(setup, body):
         def run(r: int) -> dict[str, Any]:
             arg = setup(str(ctx.scratch("tp")))
-            t = time.perf_counter()
-            body(arg)
-            return {"mb_s": nbytes / (time.perf_counter() - t) / h.MB}
+            return {"mb_s": nbytes / h.seconds(lambda: body(arg)) / h.MB}
         return run
 
     def put_all(w) -> None:
@@ -78,20 +73,18 @@ def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
             w.put(b)
         w.close()
 
-    def native_table(root: str):
-        h.create_table(root + "/t.lance")
-        return lance.dataset(root + "/t.lance")
-
     comps = {OURS: timed(lambda root: root + "/t.lance", lambda uri: put_all(
                  open_shard_writer(uri, str(uuid.uuid4()), schema, cfg))),
              **{name: timed(lambda root: root, lambda root, m=m: _raw(root, encoded, m))
                 for m, name in RAW.items()},
-             NATIVE: timed(native_table, lambda ds: put_all(ds.mem_wal_writer(
+             NATIVE: timed(lambda root: h.create_table(root + "/t.lance") or lance.dataset(
+                 root + "/t.lance"), lambda ds: put_all(ds.mem_wal_writer(
                  str(uuid.uuid4()), durable_write=False, max_wal_buffer_size=size)))}
     runs = h.alternate(ctx, comps, label=f"{batches[0].num_rows:,} rows, {size // h.KiB} KiB: ")
     comp = h.stats(runs)
-    return {"batch_rows": batches[0].num_rows, "entry_bytes": size, "entries": len(encoded),
-            "competitors": comp, "ratios": h.ratios(runs, OURS, "mb_s", list(comp)),
+    return {"label": f"{batches[0].num_rows:,}-row batches, {size // h.KiB:,} KiB",
+            "entry_bytes": size, "entries": len(encoded), "competitors": comp,
+            "ratios": h.ratios(runs, OURS, "mb_s", list(comp)),
             "fastest_raw": max(RAW.values(), key=lambda k: comp[k]["mb_s"]["median"])}
 
 
@@ -100,18 +93,12 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     cases = [_case(ctx, [b for i in range(0, total // 58, rows)  # ~58 Arrow bytes a row
                          for b in h.arrow_rows(i, rows).to_batches()], size)
              for rows in (1_000, 10_000) for size in (64 * h.KiB, 1 * h.MiB, 8 * h.MiB)]
-    rows, targets = [], []
-    for c in cases:
-        c["label"] = label = f"{c['batch_rows']:,}-row batches, {c['entry_bytes'] // h.KiB:,} KiB"
-        rt = c["ratios"]
-        rows += h.rows(c["competitors"], [("mb_s", "{:.0f}")], label, vs=rt)
-        targets += [h.target(f"{label}: ours / raw serial fsync loop MB/s", rt[RAW["serial"]], 0.9),
-                    h.target(f"{label}: ours / fastest raw loop ({c['fastest_raw'][:7]}) MB/s",
-                             rt[c["fastest_raw"]], 0.9),
-                    h.target(f"{label}: ours / pylance native MB/s (no fsync)", rt[NATIVE])]
-    return {"title": "Core WAL-only writer vs raw durable loops of the same bytes (local disk)",
-            "config": {"bytes_per_run": total, "MB": "10^6 Arrow buffer bytes of the input",
-                       "timed": "open to close (ours, native); create to dir fsync (raw)"},
-            "cases": cases, "targets": targets,
-            "panels": [h.panel(c["label"], c["competitors"], "mb_s", "MB/s") for c in cases],
-            "table": {"columns": ["case", "competitor", "MB/s", "ours / it"], "rows": rows}}
+    return h.per_case(
+        "Core WAL-only writer vs raw durable loops of the same bytes (local disk)",
+        {"bytes_per_run": total, "MB": "10^6 Arrow buffer bytes of the input",
+         "timed": "open to close (ours, native); create to dir fsync (raw)"},
+        cases, "case", [("MB/s", "mb_s", "{:.0f}")], lambda c, w: [
+            h.target(f"{w}: ours / raw serial fsync loop MB/s", c["ratios"][RAW["serial"]], 0.9),
+            h.target(f"{w}: ours / fastest raw loop ({c['fastest_raw'][:7]}) MB/s",
+                     c["ratios"][c["fastest_raw"]], 0.9)],
+        [("", "mb_s", "MB/s")], {"memwal / it": "ratios"})

@@ -1,13 +1,10 @@
 """``format("durable_arrow")``: the fastest durable Python sink we can build, as a ceiling;
 ``format("noop_arrow")``: the same sink writing nothing, the ceiling of any Python sink.
 
-What any exactly-once sink through Spark's Python Data Source API must do at the least:
-each task puts its rows as one Arrow IPC object, the job's commit one record naming them,
-both durably (memwal's store's ``put_if_absent``) and compressed exactly when memwal's WAL
-entries are (zstd on an object store). No lease, fence, sequence or reader: two objects
-per one-task append, as memwal's kept-writer append leaves. Both run memwal's worker
-measures (``spark/worker_entry``: the heap freeze, the 40 ms delayed-ACK wait off the TCP
-socket), so that they stay the strongest sinks; option ``measures=false`` turns them off.
+What any exactly-once sink must do at the least: each task puts its rows as one Arrow IPC
+object, the job's commit one record naming them, both durably (``put_if_absent``) and
+compressed exactly when memwal's WAL entries are; no lease, fence or sequence. Both run
+memwal's worker measures (``spark/worker_entry``), off with option ``measures=false``.
 """
 
 from __future__ import annotations
@@ -50,12 +47,10 @@ class DurableWriter(sds.DataSourceArrowWriter):
             return PutObject("", sum(b.num_rows for b in iterator))
         from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        store = open_store(self.path, self.storage)
+        ctx, store = TaskContext.get(), open_store(self.path, self.storage)
         codec = ShardWriterConfig().wal_codec(store.remote)
         options = pa.ipc.IpcWriteOptions(compression=codec) if codec else None
-        sink = pa.BufferOutputStream()
-        rows, writer = 0, None
+        sink, rows, writer = pa.BufferOutputStream(), 0, None
         for batch in iterator:
             if writer is None:
                 writer = pa.ipc.new_stream(sink, batch.schema, options=options)

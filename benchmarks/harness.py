@@ -1,10 +1,8 @@
 """The benchmark harness; every scenario (``bench_<name>.py``: ``NAME``, ``run(ctx)``) uses it.
 
-Competitors alternate in one run (an untimed warm-up round, then repeat ``r`` in an order
-rotated by ``r``); goals are ratios of same-repeat pairs, median and range. A result is
-``{"title", "config", "table": {"columns", "rows"}, "targets", "panels"}``; ``panels``
-(``[title, {competitor: summary}, unit]``) become ``<name>.png``. :mod:`benchmarks.run`
-adds the machine, the load and the Spark settings. MB = 10^6 bytes.
+Competitors alternate in one run (an untimed warm-up round, then repeat ``r`` rotated by
+``r``); goals are ratios of same-repeat pairs, median and range. A result is ``{"title",
+"config", "table", "targets", "panels"}``; panels become ``<name>.png``. MB = 10^6 bytes.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from memwal_datasource import MemWalDataSource
 from memwal_datasource.log.commit import CommitLog
@@ -44,7 +41,8 @@ KiB, MiB = 1024, 1024 * 1024
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SUFFIX = "-abcdefghijklmnopqrstuvwxyz0123"  # a row is ~58 Arrow bytes: id, ~38 B payload, score
-SPARK_COLUMNS = "id bigint, payload string, score double"
+SCHEMA = pa.schema([pa.field("id", pa.int64(), False), ("payload", pa.string()),
+                    ("score", pa.float64())])  # the one schema of every scenario's rows
 
 
 # --- context ---------------------------------------------------------------------
@@ -52,7 +50,6 @@ SPARK_COLUMNS = "id bigint, payload string, score double"
 @dataclass
 class Ctx:
     """What every scenario gets: scale, repeats, scratch space, a logger."""
-
     workdir: Path
     scale: str  # "quick" (smoke run), "default" or "full"
     repeats: int
@@ -79,27 +76,24 @@ def arrow_rows(start: int, rows: int) -> pa.Table:
     """Rows ``start .. start+rows-1`` (id, payload, score), freshly allocated."""
     ids = pa.array(np.arange(start, start + rows, dtype=np.int64))
     payload = pc.binary_join_element_wise(pc.cast(ids, pa.string()), SUFFIX[1:], "-")
-    return pa.table({"id": ids, "payload": payload,
-                     "score": pc.multiply(pc.cast(ids, pa.float64()), 0.001)},
-                    schema=pa.schema([pa.field("id", pa.int64(), False),
-                                      ("payload", pa.string()), ("score", pa.float64())]))
+    return pa.table([ids, payload, pc.multiply(pc.cast(ids, pa.float64()), 0.001)],
+                    schema=SCHEMA)
 
 
-def spark_schema() -> StructType:
-    """The Spark schema of :func:`arrow_rows` (id not null), as Spark hands it to a writer."""
-    return StructType([StructField("id", LongType(), False), StructField("payload", StringType()),
-                       StructField("score", DoubleType())])
+def spark_schema():
+    """:data:`SCHEMA` as Spark hands it to a writer."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(SCHEMA)
 
 
 def inproc_append(uri: str, table: pa.Table, storage: dict[str, str] | None = None,
-                  **options: str):
-    """One Spark append without Spark: the DataSource's ``writer(schema, False)``, its
-    ``write()`` of partition 0 (what a task runs) and ``commit([msg])`` (the driver's)."""
+                  **options: str) -> None:
+    """One Spark append without Spark: ``writer(schema, False)``, its ``write()`` of
+    partition 0 (what a task runs) and ``commit([msg])`` (the driver's)."""
     opts = {"path": uri, **{f"storage.{k}": v for k, v in (storage or {}).items()}, **options}
     w = MemWalDataSource(opts).writer(spark_schema(), False)
-    msg = w.write(iter(table.to_batches()))
-    w.commit([msg])
-    return msg
+    w.commit([w.write(iter(table.to_batches()))])
 
 
 def committed_rows(uri: str, storage: dict[str, str] | None = None) -> int:
@@ -111,7 +105,7 @@ def create_table(uri: str, storage: dict[str, str] | None = None) -> None:
     """A memwal table of :func:`arrow_rows`' schema, primary key ``id``."""
     from memwal_datasource.table.view import create_table as create
 
-    create(uri, arrow_rows(0, 1).schema, primary_key=["id"], storage_options=storage)
+    create(uri, SCHEMA, primary_key=["id"], storage_options=storage)
 
 
 def stored(uri: str, storage: dict[str, str] | None = None) -> tuple[int, int]:
@@ -124,15 +118,16 @@ def stored(uri: str, storage: dict[str, str] | None = None) -> tuple[int, int]:
 def fsync_tree(root: str | Path) -> None:
     """fsync every file under ``root``, then every directory."""
     walk = list(os.walk(root))
-    for path in [os.path.join(d, f) for d, _s, fs in walk for f in fs] + [d for d, *_ in walk]:
-        fsync_path(path)
+    fsync_path(*(os.path.join(d, f) for d, _s, fs in walk for f in fs), *(d for d, *_ in walk))
 
 
-def fsync_path(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):  # a rival's temp file, renamed since listed
-        fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+def fsync_path(*paths: str) -> None:
+    """fsync each path (a file or directory) in order."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):  # a rival's temp file, renamed since
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -149,8 +144,7 @@ def s3_bucket(ctx: Ctx, bucket: str) -> Iterator[tuple[Any, str | None]]:
     else:
         yield server, None
     finally:
-        if server is not None:  # a started server never outlives us
-            server.stop()
+        server and server.stop()  # a started server never outlives us
 
 
 STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "head", "exists",
@@ -159,8 +153,7 @@ STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "h
 
 @contextlib.contextmanager
 def io_trace() -> Iterator[list[tuple[str, str, float]]]:
-    """``(op, key or path, ms)`` of every ObjectStore call (outermost only) and every
-    ``os.fsync`` while active."""
+    """``(op, key or path, ms)`` of every (outermost) ObjectStore call and ``os.fsync``."""
     events: list[tuple[str, str, float]] = []
     local, undo, classes, todo = threading.local(), [(os, "fsync", os.fsync)], [], [ObjectStore]
     while todo:  # every store class, wherever it lives
@@ -195,8 +188,8 @@ def io_trace() -> Iterator[list[tuple[str, str, float]]]:
 
 def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
                   rows: int = 5_000, **options: str) -> dict[str, Any]:
-    """Store calls and fsyncs per in-process append (:func:`inproc_append`, the code a
-    Spark append runs), after one untimed append; and what the last append touched."""
+    """Store calls and fsyncs per :func:`inproc_append` after an untimed one; and what
+    the last append touched."""
     inproc_append(uri, arrow_rows(0, rows), storage, **options)
     with io_trace() as events:
         for i in range(1, n + 1):
@@ -212,13 +205,19 @@ def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
 
 # --- statistics ------------------------------------------------------------------
 
+def seconds(fn: Callable[[], Any]) -> float:
+    """How long ``fn()`` took."""
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else float("nan")
 
 
 def summarize(values: Sequence[float]) -> dict[str, Any]:
-    """median, min, max, n and the raw values."""
-    v = [float(x) for x in values] or [float("nan")]
+    v = [float(x) for x in values] or [float("nan")]  # median, min, max, n and the values
     return {"median": float(np.median(v)), "min": min(v), "max": max(v), "n": len(values),
             "values": v}
 
@@ -228,9 +227,10 @@ def paired(num: Sequence[float], den: Sequence[float]) -> dict[str, Any]:
     return summarize([a / b if b else float("nan") for a, b in zip(num, den, strict=True)])
 
 
-def cell(s: dict[str, Any], fmt: str = "{:.3g}") -> str:
-    """``median (min..max)``."""
-    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
+def cell(s: dict[str, Any] | float, fmt: str = "{:.3g}") -> str:
+    """``median (min..max)`` of a summary; a plain value as it is."""
+    return (f"{fmt.format(s['median'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
+            if isinstance(s, dict) else fmt.format(s))
 
 
 def target(what: str, s: dict[str, Any], goal: float | None = None,
@@ -271,14 +271,10 @@ def alternate(ctx: Ctx, competitors: dict[str, Callable[[int], dict[str, Any]]],
 
 def stats(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """``{competitor: {key: summarize(...) for every numeric key, "runs": raw}}``."""
-    out = {}
-    for name, rs in runs.items():
-        keys = [k for k, v in rs[0].items() if isinstance(v, (int, float))
-                and not isinstance(v, bool)]
-        out[name] = {**{k: summarize([x[k] for x in rs]) for k in keys},
-                     "runs": [{k: v for k, v in x.items() if not isinstance(v, list)}
-                              for x in rs]}
-    return out
+    return {name: {**{k: summarize([x[k] for x in rs]) for k, v in rs[0].items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                   "runs": [{k: v for k, v in x.items() if not isinstance(v, list)} for x in rs]}
+            for name, rs in runs.items()}
 
 
 def ratios(runs: dict[str, list[dict[str, Any]]], ours: str, key: str,
@@ -288,17 +284,35 @@ def ratios(runs: dict[str, list[dict[str, Any]]], ours: str, key: str,
 
 
 def rows(comp: dict[str, dict[str, Any]], cols: Sequence[tuple[str, str]], *prefix: str,
-         vs: dict[str, dict[str, Any]] | None = None) -> list[list[str]]:
+         vs: Sequence[dict[str, dict[str, Any]]] = ()) -> list[list[str]]:
     """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing),
-    and with ``vs`` (ours / each competitor) a last column of those ratios ("1" for ours)."""
+    and a column per ratios dict in ``vs`` (ours / each competitor; "1" for ours)."""
     return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols),
-             *([] if vs is None else [cell(vs[n], "{:.2f}") if n in vs else "1"])]
-            for n, s in comp.items()]
+             *(cell(v[n], "{:.2f}") if n in v else "1" for v in vs)] for n, s in comp.items()]
 
 
 def panel(title: str, comp: dict[str, dict[str, Any]], key: str, unit: str) -> list:
     """A bar panel of ``key`` for every competitor that has it."""
     return [title, {n: s[key] for n, s in comp.items() if key in s}, unit]
+
+
+def per_case(title: str, config: dict[str, Any], cases: list[dict[str, Any]], head: str,
+             cols: Sequence[tuple[str, str, str]], goals: Callable[[dict[str, Any], str], list],
+             plots: Sequence[tuple[str, str, str]], vs: dict[str, str] | None = None,
+             **extra: Any) -> dict[str, Any]:
+    """A result by case (``label``, ``competitors``): a row per case and competitor
+    (``head``, then ``cols``: header, key, format; then per ``vs`` header the case's ratios
+    at that key), ``goals(case, label)``, a panel per ``plots`` (title, key, unit); ``extra``
+    added (or replacing)."""
+    vs = vs or {}
+    return {"title": title, "config": config, "cases": cases,
+            "targets": [t for c in cases for t in goals(c, c["label"])],
+            "panels": [panel(f"{c['label']}: {t}" if t else c["label"], c["competitors"], k, u)
+                       for c in cases for t, k, u in plots],
+            "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs],
+                      "rows": [r for c in cases for r in rows(
+                          c["competitors"], [(k, f) for _h, k, f in cols], c["label"],
+                          vs=[c[k] for k in vs.values()])]}, **extra}
 
 
 # --- the machine and its load ------------------------------------------------------
@@ -326,10 +340,9 @@ def machine_info(workdir: str) -> dict[str, Any]:
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    d = m["disk"]
     return (f"{m['cpu_model']}, {m['logical_cores']} cores, {m['ram_gb']} GB RAM, "
-            f"{d.get('fstype')} on {d.get('device')}, py {m['python']}, pyarrow {m['pyarrow']}, "
-            f"pylance {m['pylance']}")
+            f"{m['disk'].get('fstype')} on {m['disk'].get('device')}, py {m['python']}, "
+            f"pyarrow {m['pyarrow']}, pylance {m['pylance']}")
 
 
 def _own_cpu() -> float:
@@ -338,8 +351,7 @@ def _own_cpu() -> float:
 
 
 def _busy(t) -> float:
-    return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "guest_nice",
-                                                              "steal"))
+    return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "steal"))
 
 
 @contextlib.contextmanager
@@ -395,8 +407,7 @@ def rss_peak() -> Iterator[dict[str, int]]:
                     if p.pid not in old and "python" in p.name():
                         out["peak"] = max(out["peak"], p.memory_info().rss)
 
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
+    (thread := threading.Thread(target=sample, daemon=True)).start()
     try:
         yield out
     finally:
@@ -414,9 +425,8 @@ WORKER_SOCKETS = {"tcp (Spark's default)": {},
 
 @contextlib.contextmanager
 def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
-    """A ``master`` SparkSession (UI off, workers on this interpreter) with ``memwal``,
-    ``noop_arrow``, ``durable_arrow`` and ``sources`` registered, stopped on exit; its
-    settings go to the log and the JSON (the same for every competitor of the scenario)."""
+    """A ``master`` SparkSession (UI off, workers on this interpreter), ``memwal``, the
+    sinks of :mod:`durable_sink` and ``sources`` registered; its settings logged."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in path:  # workers import benchmarks for its sinks
@@ -431,14 +441,13 @@ def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     for s in (MemWalDataSource, durable_sink.DurableSource, durable_sink.NoopSource, *sources):
         spark.dataSource.register(s)
     shown = {"spark": spark.version}
-    for k in ("spark.master", "spark.sql.execution.arrow.maxRecordsPerBatch",
-              "spark.python.worker.reuse", "spark.scheduler.mode", "spark.sql.shuffle.partitions",
-              "spark.driver.memory", "spark.sql.execution.pythonUDF.arrow.enabled",
-              "spark.python.unix.domain.socket.enabled"):
+    for k in ("master", "sql.execution.arrow.maxRecordsPerBatch", "python.worker.reuse",
+              "scheduler.mode", "sql.shuffle.partitions", "driver.memory",
+              "sql.execution.pythonUDF.arrow.enabled", "python.unix.domain.socket.enabled"):
         try:  # its value or built-in default (get(k, default) would hide the latter)
-            shown[k] = spark.conf.get(k)
+            shown[f"spark.{k}"] = spark.conf.get(f"spark.{k}")
         except Exception:  # noqa: BLE001 - a setting with no default, not set
-            shown[k] = "(unset)"
+            shown[f"spark.{k}"] = "(unset)"
     ctx.extra.setdefault("spark_settings", []).append(shown)
     ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
     try:
@@ -463,8 +472,7 @@ def concurrent_appends(spark, writers: int, n: int, rows: int,
     """``writers`` threads, ``n`` appends of ``rows`` rows each (``append(first id)``);
     rows/s, appends/s and latency per append, plus CPU seconds per append by process
     (``other``: the rest of this process's tree, in practice the local S3 server)."""
-    lat: list[float] = []
-    gate = threading.Barrier(writers)
+    lat, gate = [], threading.Barrier(writers)
 
     def writer(w: int) -> None:
         # A new JVM thread has no active session; Python sources are found through it.
@@ -477,8 +485,7 @@ def concurrent_appends(spark, writers: int, n: int, rows: int,
 
     cpu0, t0 = cpu_tree(), time.perf_counter()
     with ThreadPoolExecutor(writers) as pool:
-        for f in [pool.submit(writer, w) for w in range(writers)]:
-            f.result()
+        list(pool.map(writer, range(writers)))
     wall, cpu1 = time.perf_counter() - t0, cpu_tree()
     return {"seconds": wall, "rows_s": writers * n * rows / wall, "appends_s": writers * n / wall,
             "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "lat_ms": lat,
@@ -491,15 +498,14 @@ def concurrent_appends(spark, writers: int, n: int, rows: int,
 def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
     """``<name>.json`` and, if the result has panels, ``<name>.png``."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"{result['name']}.json"
-    path.write_text(json.dumps(result, indent=1, default=lambda o: o.item() if hasattr(
-        o, "item") else str(o)) + "\n")
+    (path := results_dir / f"{result['name']}.json").write_text(json.dumps(
+        result, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
     return [path, *([bars_figure(result, results_dir)] if result.get("panels") else [])]
 
 
 def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
-    """One horizontal bar panel per ``[title, {competitor: summary}, x label]``: medians
-    with min-max bars (ours red); title with the load, footer with the machine."""
+    """A panel per ``[title, {name: summary or [(x, y, ...)]}, x label]``: medians with
+    min-max bars (ours red) or lines; title with the load, footer with the machine."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -512,13 +518,21 @@ def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
     for ax in grid.flat[len(panels):]:
         ax.set_visible(False)
     for ax, (title, comp, xlabel) in zip(grid.flat, panels, strict=False):
-        med, lo, hi = (np.array([s[k] for s in comp.values()]) for k in ("median", "min", "max"))
-        ax.barh(range(len(med)), med, xerr=[np.maximum(med - lo, 0), np.maximum(hi - med, 0)],
-                capsize=3, color=["#d62728" if n.lower().startswith(("memwal", "ours"))
-                                  else "#1f77b4" for n in comp])
-        ax.set_yticks(range(len(med)), [n[:48] for n in comp], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel(f"{xlabel} (median, min-max bars)", fontsize=8)
+        if isinstance(next(iter(comp.values())), list):  # series: [(x, y, ...)] per name
+            for n, pts in comp.items():
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=n[:48], lw=1)
+            ax.legend(fontsize=6)
+        else:
+            med, lo, hi = (np.array([s[k] for s in comp.values()])
+                           for k in ("median", "min", "max"))
+            ax.barh(range(len(med)), med, xerr=[np.maximum(med - lo, 0),
+                                                np.maximum(hi - med, 0)],
+                    capsize=3, color=["#d62728" if n.lower().startswith(("memwal", "ours"))
+                                      else "#1f77b4" for n in comp])
+            ax.set_yticks(range(len(med)), [n[:48] for n in comp], fontsize=7)
+            ax.invert_yaxis()
+            xlabel += " (median, min-max bars)"
+        ax.set_xlabel(xlabel, fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{result['title']}\n{load_line(result.get('load'))}", fontsize=9)

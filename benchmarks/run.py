@@ -24,13 +24,12 @@ from .harness import RESULTS_DIR, Ctx, load, load_line, machine_info, machine_li
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
 SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "table_plan", "small_writes",
              "concurrency_no_spark", "spark_concurrency", "stream_latency", "import_time",
-             "pk_compaction", "store_latency")
+             "pk_compaction", "store_latency", "commit_history", "maintenance_soak")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     p.add_argument("--only", action="append", choices=list(SCENARIOS), metavar="NAME",
                    help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}")
     scale = p.add_mutually_exclusive_group()
@@ -43,8 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _md(table: dict[str, Any]) -> list[str]:
-    cols = table["columns"]
-    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+    return ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"]),
             *("| " + " | ".join(str(c) for c in row) + " |" for row in table["rows"])]
 
 
@@ -56,8 +54,6 @@ def write_summary(results_dir: Path) -> Path:
     """summary.md from every ``<name>.json`` in ``results_dir``, in registry order."""
     found = {n: json.loads((results_dir / f"{n}.json").read_text()) for n in SCENARIOS
              if (results_dir / f"{n}.json").exists()}
-    for r in found.values():  # results written before the harness called it "contention"
-        r.setdefault("load", r.get("contention"))
     goals = {"columns": ["scenario", "goal", "median (range)", "verdict", "scale", "load"],
              "rows": [[n, t["what"], t["value"], VERDICT[t["met"]], r.get("scale", "?"),
                        load_line(r.get("load"))] for n, r in found.items()
@@ -120,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nresults in {results_dir}; summary {write_summary(results_dir)}")
-    if failed:
-        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+    print(f"FAILED: {', '.join(failed)}" if failed else "", file=sys.stderr)
     return 1 if failed else 0
 
 
