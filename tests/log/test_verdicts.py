@@ -104,27 +104,26 @@ def test_a_stray_below_the_released_boundary_is_never_a_record(any_store):
         list(CommitLog(any_store).records(after=2))
 
 
-def test_gc_keeps_only_the_newest_checkpoints_and_markers(tmp_path):
+def test_gc_keeps_only_the_newest_checkpoints_and_markers(any_store):
+    from types import SimpleNamespace
+
     from memwal_datasource.format.commit_format import CHECKPOINTS_DIR
     from memwal_datasource.maintenance.gc import KEEP_CHECKPOINTS, _collect_checkpoints
-    from memwal_datasource.store import open_store
 
-    class _Table:
-        store = open_store(str(tmp_path / "t.lance"), {})
-
-    log = CommitLog(_Table.store, checkpoint_interval=2)
+    table = SimpleNamespace(store=any_store)
+    log = CommitLog(any_store, checkpoint_interval=2)
     for i in range(12):
         _commit(log, "s", i + 1, i + 1)
     for n in (2, 4, 6, 8):
-        _Table.store.put(released_key(n), b"{}")
-    _collect_checkpoints(_Table)
-    names = sorted(k.rsplit("/", 1)[-1] for k in _Table.store.list(CHECKPOINTS_DIR + "/"))
+        any_store.put(released_key(n), b"{}")
+    _collect_checkpoints(table)
+    names = sorted(k.rsplit("/", 1)[-1] for k in any_store.list(CHECKPOINTS_DIR + "/"))
     assert len([n for n in names if n.startswith("released-")]) == KEEP_CHECKPOINTS
     kept = [int(n[:-5]) for n in names if n[:-5].isdigit()]
     assert kept == [8, 10, 12]
-    assert CommitLog(_Table.store).boundary(refresh=True) == 8
+    assert CommitLog(any_store).boundary(refresh=True) == 8
     forget_folds()
-    assert [r.first for r in CommitLog(_Table.store).visible()] == list(range(1, 13))
+    assert [r.first for r in CommitLog(any_store).visible()] == list(range(1, 13))
 
 
 # --- followers: exact answers once an intent is stored ------------------------------------

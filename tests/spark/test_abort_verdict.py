@@ -20,7 +20,7 @@ from memwal_datasource.spark.writer import _record_of
 from memwal_datasource.store import open_store
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "azure"])
 def test_a_refused_member_of_a_group_record_is_not_reported_committed(location):
     uri, storage = location
     store = open_store(uri, storage)
