@@ -1,4 +1,4 @@
-"""A stream soaking a primary-key table, automatic maintenance on vs off (issue 46).
+"""A stream soaking a primary-key table, automatic maintenance on vs off.
 
 A 1 s trigger upserts 5,000-row micro-batches (ids cycle over 50k keys, so the whole
 table stays 50k rows and only the uncompacted tail can grow) for 20 minutes (2 with

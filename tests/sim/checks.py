@@ -92,7 +92,7 @@ def _unknown_allowed(world: World, job: Job, known: tuple[str, ...]) -> bool:
     collection removed records after" a stall from the intent PUT to that finding.
     Unless asked for, the known bug "stale-after" is excused: an intent written
     from a stale view (its window begins at a number released or stored long
-    before), but not after a stray of its own at ``after`` (issue 44's defect 5)."""
+    before), but not after a stray of its own at ``after`` (a spurious OutcomeUnknown)."""
     actor = next(a for a in world.sched.actors if a.name == job.actor)
     stalls = [(s, e) for s, e, _ in actor.stalls if job.start <= s <= job.end]
     text = f"{job.error} {job.error.__cause__}"

@@ -1,4 +1,4 @@
-"""The defects of issue 44, put back one at a time, to show the simulator has teeth.
+"""Defects of the commit verdicts, put back one at a time, to show the simulator has teeth.
 
 Each is a patch of today's code back to the defect (``with defect(name):``). The
 sixth is ``abort()``'s lookup (``spark/writer.py:_record_of``) naming a refused

@@ -1,8 +1,8 @@
-"""The commit protocol under a deterministic simulator (issue 44; tests/sim).
+"""The commit protocol under a deterministic simulator (tests/sim).
 
 ``make test`` runs :data:`SWEEP` schedules (seeds ``0..SWEEP-1``) in a few chunks,
 the regression seeds, the seeds of the bugs it found (fixed, each must pass),
-and for each defect of issue 44 put back, that the simulator finds a failing
+and for each defect of the commit verdicts put back, that the simulator finds a failing
 schedule within the budget. A failure prints the seed and the schedule; replay
 one with ``MEMWAL_SIM_SEED=S``. Soak: ``MEMWAL_SIM_SCHEDULES=N`` (from seed
 ``MEMWAL_SIM_SEED``, default a random one) runs N schedules and prints the seeds.
@@ -118,7 +118,7 @@ def test_found_bug_stays_fixed(bug, seed):
     assert not outcome.violations, outcome.report()
 
 
-# Issue 44's defects, put back one at a time (tests/sim/defects.py): the simulator
+# The verdicts' defects, put back one at a time (tests/sim/defects.py): the simulator
 # finds a failing schedule within this many (seeds 0, 1, ...; the comment says where
 # it finds the first).
 TEETH = {
