@@ -28,7 +28,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -41,6 +40,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 import pytest
+
+from tests.processes import stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 AZURITE_VERSION = "3.37.0"
@@ -59,19 +60,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _stop_group(proc: subprocess.Popen | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _wait_http(proc: subprocess.Popen, port: int, log: Path, what: str, timeout: float) -> None:
@@ -172,7 +160,7 @@ class AzureEmulator:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        _stop_group(proc)
+        stop_group(proc, timeout=10)
 
 
 def start_azurite(workdir: Path, timeout: float = 60.0) -> AzureEmulator:
@@ -241,7 +229,7 @@ class GcsEmulator:
         if gateway is not None:
             gateway.stop()
         proc, self._proc = self._proc, None
-        _stop_group(proc)
+        stop_group(proc, timeout=10)
 
 
 def _service_account_file(directory: Path, endpoint: str) -> str:

@@ -9,12 +9,10 @@ daemon answers, MinIO via testcontainers is used instead.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +20,8 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.processes import stop_group
 
 
 class S3ServerUnavailable(RuntimeError):
@@ -67,15 +67,7 @@ class S3Server:
     def stop(self) -> None:
         """Stop the server (idempotent)."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
         container, self._container = self._container, None
         if container is not None:
             container.stop()

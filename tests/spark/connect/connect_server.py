@@ -11,15 +11,15 @@ this interpreter with this process's ``PYTHONPATH``, so they import the same
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.processes import stop_group
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # The JVM's start, the server's and its first session's; a slow shared machine needs more.
@@ -58,16 +58,7 @@ class ConnectServer:
     def stop(self) -> None:
         """Stop the server and its Python workers (idempotent)."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=30)
 
 
 def _free_port() -> int:
