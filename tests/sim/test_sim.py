@@ -4,27 +4,20 @@
 the regression seeds, the seeds of the bugs it found (fixed, each must pass),
 and for each defect of the commit verdicts put back, that the simulator finds a failing
 schedule within the budget. A failure prints the seed and the schedule; replay
-one with ``MEMWAL_SIM_SEED=S``. Soak: ``MEMWAL_SIM_SCHEDULES=N`` (from seed
-``MEMWAL_SIM_SEED``, default a random one) runs N schedules and prints the seeds.
+one (and print its schedule) with ``python -m tests.sim.soak --seed S``; a longer soak:
+``python -m tests.sim.soak --schedules N`` (from a random seed, printed).
 """
 
 from __future__ import annotations
 
-import os
-import random
-import time
-
 import pytest
 
-from .checks import KNOWN
+from .checks import SWEEP_CHECKS
 from .defects import defect
 from .run import run_schedule
 
 SWEEP, CHUNKS = 2000, 4
-# Every bug check and fault the simulator has (FOUND_BUGS below) but the report of a
-# fold's reads: a fold that read a stray folds again without it, and what it decided
-# is checked.
-CHECKS = tuple(k for k in KNOWN if k != "fold-stray")
+CHECKS = SWEEP_CHECKS
 
 
 def _failures(seeds, known: tuple[str, ...] = CHECKS) -> list:
@@ -60,27 +53,6 @@ REGRESSIONS = [
 def test_regression_seeds(seed):
     outcome = run_schedule(seed, CHECKS)
     assert not outcome.violations, outcome.report()
-
-
-@pytest.mark.skipif(not (os.environ.get("MEMWAL_SIM_SCHEDULES") or
-                         os.environ.get("MEMWAL_SIM_SEED")),
-                    reason="soak mode: set MEMWAL_SIM_SCHEDULES=N and/or MEMWAL_SIM_SEED=S")
-def test_soak(capsys):
-    """``MEMWAL_SIM_SEED=S`` alone replays schedule S; with ``MEMWAL_SIM_SCHEDULES=N``,
-    N schedules from seed S. ``MEMWAL_SIM_KNOWN`` (comma-separated) also looks for
-    the known bugs named."""
-    count = int(os.environ.get("MEMWAL_SIM_SCHEDULES", "1"))
-    first = int(os.environ.get("MEMWAL_SIM_SEED") or random.SystemRandom().randrange(1 << 40))
-    known = tuple(k for k in os.environ.get("MEMWAL_SIM_KNOWN", "").split(",") if k)
-    started = time.perf_counter()
-    bad = _failures(range(first, first + count), known)
-    took = time.perf_counter() - started
-    with capsys.disabled():
-        print(f"\nmemwal sim: {count} schedule(s), seeds {first}..{first + count - 1}, "
-              f"{took:.1f} s ({count / took:.0f}/s), failing: {[o.world.seed for o in bad]}")
-        if count == 1 and not bad:
-            print(run_schedule(first, known).report())
-    assert not bad, "\n\n".join(o.report() for o in bad[:3])
 
 
 # Real bugs the simulator found in the code, each fixed: the seeds that showed them
