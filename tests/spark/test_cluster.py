@@ -49,8 +49,8 @@ INHERITED_SPARK_VARS = frozenset({
 
 
 def skip(reason: str) -> None:
-    print(f"SKIP: {reason}", file=sys.stderr)
-    pytest.skip(reason)
+    """A missing piece of the standalone cluster fails the test loudly (never a skip)."""
+    pytest.fail(reason, pytrace=False)
 
 
 def spark_class() -> tuple[Path, Path]:
