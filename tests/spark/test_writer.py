@@ -267,7 +267,8 @@ def test_identity_sharded_upserts_deletes_and_the_driver_check_without_spark(tmp
     rising with WAL positions) is refused before any record is written."""
     import dataclasses
 
-    from memwal_datasource.table.view import read_table, sharding
+    from memwal_datasource.table import sharding
+    from memwal_datasource.table.view import read_table
 
     uri = str(tmp_path / "t.lance")
     schema = pa.schema([("id", pa.int64()), ("tenant", pa.string()), ("v", pa.string())])
