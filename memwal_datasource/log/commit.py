@@ -203,7 +203,7 @@ class CommitLog(CommitLogReader):
             if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}"):
-                if self._verify_landed(rec, self._until_unreachable()):
+                if self._verify_landed(rec):
                     return self._landed(rec)
                 if fixed:
                     raise SequenceTaken(seq)
@@ -279,7 +279,8 @@ class CommitLog(CommitLogReader):
                 return None
         return self._put_group(rec, intent, others, txn, seq, checked)
 
-    def _store_failed(self, exc: Exception, since: float | None, job_id: str) -> float:
+    def _store_failed(self, exc: Exception, since: float | None, job_id: str,
+                      stored: str = "may have stored its intent or record") -> float:
         """A store error after our intent or record may be stored: back off and read on,
         or :class:`OutcomeUnknown` once the store has failed for :data:`UNREACHABLE_S`."""
         now = time.monotonic()
@@ -288,15 +289,11 @@ class CommitLog(CommitLogReader):
             raise OutcomeUnknown(
                 f"look the job up by its txnAppId or in the table's history (job {job_id}): "
                 f"the object store kept failing for {now - since:.0f} s after this commit "
-                f"may have stored its intent or record, so whether it committed is unknown "
-                f"(last error: {exc})") from exc
+                f"{stored}, so whether it committed is unknown (last error: {exc})") from exc
         log.warning("commit of job %s: the object store failed (%s); reading on until its "
                     "verdict is known", job_id, exc)
         time.sleep(min(POLL_MAX_S * 8, 0.05 + (now - since) / 10))
         return since
-
-    def _until_unreachable(self) -> float:
-        return time.monotonic() + UNREACHABLE_S
 
     def _put_group(self, rec: CommitRecord, intent: Intent, others: list[Intent],
                    txn: Txn | None, seq: int, checked: float) -> CommitResult | None:
@@ -328,7 +325,7 @@ class CommitLog(CommitLogReader):
             return None  # stalled since the checks: check again
         if put_resolved(self.store, record_key(seq), out.to_json(), retries=self.retries,
                         base_delay_ms=self.retry_base_delay_ms, what=f"commit record {seq}"):
-            if not self._verify_landed(out, self._until_unreachable()):
+            if not self._verify_landed(out):
                 return None
             self._landed(out)
             return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
@@ -401,7 +398,7 @@ class CommitLog(CommitLogReader):
             f"removed commit records after {intent.after} before it could check whether one of "
             "them committed it")
 
-    def _verify_landed(self, rec: CommitRecord, deadline: float) -> bool:
+    def _verify_landed(self, rec: CommitRecord) -> bool:
         """Whether our record, just stored at its number, is a record of the log (see
         docs/protocol.md, "Invariants").
 
@@ -411,7 +408,7 @@ class CommitLog(CommitLogReader):
         after a fresh PUT while our record was folded, compacted and released: the
         checkpoints' digests of their recent records tell the two apart, and
         :class:`OutcomeUnknown` when none still knows the number. Store errors while
-        finding out are retried until ``deadline``, then :class:`OutcomeUnknown`.
+        finding out are retried as :meth:`_store_failed` says.
         """
         seq = rec.sequence
         failing = None
@@ -423,13 +420,8 @@ class CommitLog(CommitLogReader):
                 ours = self._digest_verdict(rec)
                 break
             except (StoreError, OSError) as exc:
-                if time.monotonic() >= deadline:
-                    raise OutcomeUnknown(
-                        f"look the job up by its txnAppId or in the table's history (job "
-                        f"{rec.job_id}): its commit record {seq} is stored, but the object "
-                        f"store failed while checking that garbage collection had not freed "
-                        f"that number (last error: {exc})") from exc
-                failing = self._store_failed(exc, failing, rec.job_id)
+                failing = self._store_failed(exc, failing, rec.job_id,
+                                             f"stored its commit record {seq}")
         if ours is None:
             raise OutcomeUnknown(
                 f"look the job up by its txnAppId or in the table's history (job "

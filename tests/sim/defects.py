@@ -65,7 +65,7 @@ def _holder_below_boundary(_):
 
 def _errors_escape(_):
     """4. A store error after the intent (or record) is stored ends the commit."""
-    def _store_failed(self, exc, since, job_id):
+    def _store_failed(self, exc, since, job_id, stored=""):
         raise exc
     return _store_failed
 
@@ -83,7 +83,7 @@ def _after_first_number(append_alone):
 
 def _verdict_ignores_boundary(_):
     """The verdict trusts every landed PUT (a stray in a freed number is "committed")."""
-    def _verify_landed(self, rec, deadline):
+    def _verify_landed(self, rec):
         return True
     return _verify_landed
 
