@@ -51,6 +51,12 @@ def released_key(sequence: int) -> str:
     return f"{CHECKPOINTS_DIR}/{RELEASED_PREFIX}{sequence:020d}.json"
 
 
+def key_sequence(key: str) -> int | None:
+    """The number a record's or a checkpoint's key names (``.../{n}.json``), else ``None``."""
+    name = key.rsplit("/", 1)[-1]
+    return int(name[:-5]) if name.endswith(".json") and name[:-5].isdigit() else None
+
+
 def released_sequence(key: str) -> int | None:
     """The sequence a :func:`released_key` names, else ``None``."""
     name = key.rsplit("/", 1)[-1]

@@ -40,6 +40,7 @@ from ..format.commit_format import (
     CommittedRange,
     Txn,
     checkpoint_key,
+    key_sequence,
     record_key,
     released_sequence,
     stream_app_id,
@@ -294,9 +295,9 @@ class CommitLogReader:
         out = []
         keys = self._ahead.pop(("list", CHECKPOINTS_DIR + "/"), None)
         for key in keys if keys is not None else self.store.list(CHECKPOINTS_DIR + "/"):
-            name = key.rsplit("/", 1)[-1]
-            if name.endswith(".json") and name[:-5].isdigit():
-                out.append(int(name[:-5]))
+            sequence = key_sequence(key)
+            if sequence is not None:
+                out.append(sequence)
             else:
                 released = released_sequence(key)
                 if released is not None and released > self._released:

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 from .. import hooks
 from ..errors import Fenced, MemWalError
-from ..format.commit_format import released_key, released_sequence
+from ..format.commit_format import key_sequence, released_key, released_sequence
 from ..format.memwal import manifest_key, parse_bit_reversed_name
 from ..log.commit import (
     CHECKPOINTS_DIR,
@@ -282,7 +282,7 @@ def _keep_for_late_holds(table: TableView, todo: GcPlan) -> None:
         keep_from = floors.get(sp.shard_id, 0)
         sp.entries = [(k, n) for k, n in sp.entries if parse_bit_reversed_name(k) < keep_from]
     todo.records = [(k, n) for k, n in todo.records
-                    if int(k.rsplit("/", 1)[-1].split(".")[0]) <= todo.releasable_seq]
+                    if key_sequence(k) <= todo.releasable_seq]
     hooks.point("gc.held", after_seq=todo.held_by.after_seq)
 
 
@@ -414,7 +414,7 @@ def _release(table: TableView, todo: GcPlan) -> None:
     strays at or below it: objects a committer stalled past an earlier collection put
     into freed numbers, which no reader takes (docs/protocol.md, "Invariants")."""
     if todo.records:
-        last = max(int(k.rsplit("/", 1)[-1].split(".")[0]) for k, _ in todo.records)
+        last = max(key_sequence(k) for k, _ in todo.records)
         table.store.put(released_key(last), b"{}")
     else:
         last = table.commits.boundary(refresh=True)
@@ -422,12 +422,11 @@ def _release(table: TableView, todo: GcPlan) -> None:
             return
     planned = {k for k, _ in todo.records}
     for key in table.store.list(COMMITS_DIR + "/"):
-        name = key.rsplit("/", 1)[-1]
-        if (key.count("/") == COMMITS_DIR.count("/") + 1 and name.endswith(".json")
-                and name[:-5].isdigit() and int(name[:-5]) <= last and key not in planned):
+        number = key_sequence(key) if key.count("/") == COMMITS_DIR.count("/") + 1 else None
+        if number is not None and number <= last and key not in planned:
             todo.records.append((key, table.store.head(key) or 0))
-            log.warning("memwal gc %s: deleting stray commit record %s (a committer stalled "
-                        "past a collection put it into a freed number)", table.uri, name)
+            log.warning("memwal gc %s: deleting stray commit record %d (a committer stalled "
+                        "past a collection put it into a freed number)", table.uri, number)
     todo.records.sort()  # ascending, as every collection deletes
 
 
@@ -437,9 +436,8 @@ def _collect_checkpoints(table: TableView) -> None:
     commit lists them, so they must not grow with the table's age."""
     checkpoints, markers = [], []
     for key in table.store.list(CHECKPOINTS_DIR + "/"):
-        name = key.rsplit("/", 1)[-1]
-        if name.endswith(".json") and name[:-5].isdigit():
-            checkpoints.append((int(name[:-5]), key))
+        if key_sequence(key) is not None:
+            checkpoints.append((key_sequence(key), key))
         elif released_sequence(key) is not None:
             markers.append((released_sequence(key), key))
     for kept in (checkpoints, markers):
