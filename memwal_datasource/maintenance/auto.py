@@ -262,7 +262,6 @@ class BackgroundMaintainer:
 
     def _run(self) -> None:
         _lower_priority()
-        table: TableView | None = None
         next_at = 0.0
         try:
             while not self._stopping.is_set():
@@ -275,7 +274,9 @@ class BackgroundMaintainer:
                 wait = next_at - time.monotonic()
                 if wait > 0 and self._stopping.wait(wait):
                     return
-                table = table or TableView(self.uri, self.storage)
+                # A fresh view each pass: the path may have been dropped and created again
+                # since (a view caches the dataset and the log it read).
+                table = TableView(self.uri, self.storage)
                 self.last = result = maintain_once(table, self.thresholds, label=self.label)
                 self.passes += 1
                 self.failures = self.failures + 1 if result.error is not None else 0

@@ -20,8 +20,8 @@ from memwal_datasource.maintenance.auto import BackgroundMaintainer, maintain_on
 from memwal_datasource.maintenance.backlog import backlog
 from memwal_datasource.maintenance.thresholds import Thresholds
 from memwal_datasource.shard.leases import Leases
-from memwal_datasource.table.view import TableView, read_table
-from tests.helpers import later, make_batch, new_shard
+from memwal_datasource.table.view import TableView, create_table, read_table
+from tests.helpers import SCHEMA, later, make_batch, new_shard
 from tests.maintenance.test_compact import write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,3 +185,33 @@ def test_a_failing_pass_is_recorded_and_retried_in_the_background(pk_table):
     assert "injected" in status["compaction"]["last_error"]
     assert not status["compaction"]["failing"]  # the retry succeeded; the error stays shown
     exactly_once(uri, opts, keys)
+
+
+def test_the_background_maintainer_follows_a_table_dropped_and_created_again(pk_table):
+    uri, opts = pk_table
+    appends(uri, opts, 3)
+    passes: list = []
+    ran = threading.Event()
+
+    def on_pass(result, **_):
+        passes.append(result)
+        if result.compaction is not None:
+            ran.set()
+
+    hooks.register("maintain.pass", on_pass)
+    m = BackgroundMaintainer(uri, opts, Thresholds(pending_records=1, check_every_s=0.05))
+    try:
+        m.nudge()
+        assert ran.wait(WAIT_S), "the first table was not compacted"
+        ran.clear()
+        store = TableView(uri, opts).store
+        store.delete_many(list(store.list("")))  # dropped: every object of the table gone
+        create_table(uri, SCHEMA, primary_key=["id"], storage_options=opts)
+        keys = appends(uri, opts, 2)
+        m.nudge()
+        assert ran.wait(WAIT_S), "the table created again was not compacted"
+    finally:
+        m.stop(WAIT_S)
+    assert passes[-1].error is None and passes[-1].compaction.rows == 20
+    exactly_once(uri, opts, keys)
+    assert sorted(TableView(uri, opts).dataset().to_table().column("id").to_pylist()) == keys
