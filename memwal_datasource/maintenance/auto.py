@@ -18,10 +18,12 @@ killed mid-round leaves its lease to expire (``lease_ttl_s``); the next one then
 finishes the round from its intent, as any compactor does.
 
 **In the background** (:class:`BackgroundMaintainer`, :func:`nudge`): one daemon
-thread per table and process, at a lowered OS priority, woken by a commit and
-looking at the backlog at most every ``check_every_s``. It never blocks the
-caller, and a failing pass is logged, recorded in the status (so the backlog
-shows it) and retried later with backoff. A thread left without nudges and with
+thread per table and process, woken by a commit and looking at the backlog at
+most every ``check_every_s``; its passes run in one child process at the lowest
+CPU priority (:mod:`memwal_datasource.maintenance.child`: Lance's compaction
+threads then yield to the writers'). It never blocks the caller, and a failing
+pass is logged, recorded in the status (so the backlog shows it) and retried
+later with backoff. A thread left without nudges and with
 nothing pending ends by itself.
 
 Hook points (:mod:`memwal_datasource.hooks`): ``maintain.leased`` (uri, label),
@@ -46,6 +48,7 @@ from ..shard.leases import Holder, Leases
 from ..table.view import TableView
 from . import status
 from .backlog import Backlog, backlog
+from .child import ChildPasses
 from .compact import CompactionSummary, compact
 from .gc import GcPlan, collect
 from .thresholds import Thresholds
@@ -228,8 +231,12 @@ class BackgroundMaintainer:
 
     def __init__(self, uri: str, storage: Mapping[str, str] | None, thresholds: Thresholds,
                  label: str = "memwal auto maintainer",
-                 on_exit: Callable[[BackgroundMaintainer], None] | None = None):
+                 on_exit: Callable[[BackgroundMaintainer], None] | None = None,
+                 isolated: bool = True):
         self.uri = uri
+        # Passes in a child process at the lowest priority (maintenance/child.py); in
+        # this thread with ``isolated=False`` (tests that hook into a pass).
+        self._child = ChildPasses() if isolated else None
         self.storage = dict(storage or {})
         self.thresholds = thresholds
         self.label = label
@@ -274,10 +281,7 @@ class BackgroundMaintainer:
                 wait = next_at - time.monotonic()
                 if wait > 0 and self._stopping.wait(wait):
                     return
-                # A fresh view each pass: the path may have been dropped and created again
-                # since (a view caches the dataset and the log it read).
-                table = TableView(self.uri, self.storage)
-                self.last = result = maintain_once(table, self.thresholds, label=self.label)
+                self.last = result = self._pass()
                 self.passes += 1
                 self.failures = self.failures + 1 if result.error is not None else 0
                 # Failing: back off (10 s, 20 s, ... 10 min); the stream goes on regardless.
@@ -286,8 +290,26 @@ class BackgroundMaintainer:
         except BaseException as exc:  # noqa: BLE001 - a thread's last word is a log line
             log.warning("memwal maintainer of %s stopped: %s", self.uri, exc)
         finally:
+            if self._child is not None:
+                self._child.close()
             if self._on_exit is not None:
                 self._on_exit(self)
+
+    def _pass(self) -> PassResult:
+        if self._child is None:
+            # A fresh view each pass: the path may have been dropped and created again
+            # since (a view caches the dataset and the log it read).
+            return maintain_once(TableView(self.uri, self.storage), self.thresholds,
+                                 label=self.label)
+        try:
+            result = self._child.run(self.uri, self.storage, self.thresholds, self.label)
+        except Exception as exc:  # noqa: BLE001 - a pass reports; the thread tries again
+            result = PassResult(self.uri, error=exc)
+        # The child's log lines and hooks stay in the child: said here.
+        log.log(logging.WARNING if result.error else logging.INFO if result.ran
+                else logging.DEBUG, "memwal maintenance %s", result.line())
+        hooks.point("maintain.pass", uri=self.uri, result=result)
+        return result
 
 
 def _lower_priority() -> None:
@@ -316,14 +338,15 @@ def _forget(m: BackgroundMaintainer) -> None:
 
 
 def nudge(uri: str, storage: Mapping[str, str] | None = None,
-          thresholds: Thresholds = Thresholds()) -> BackgroundMaintainer:
+          thresholds: Thresholds = Thresholds(), isolated: bool = True) -> BackgroundMaintainer:
     """Start this process's background maintainer of ``uri`` (once) and wake it."""
     storage = dict(storage or {})
     key = _registry_key(uri, storage)
     with _lock:
         m = _running.get(key)
         if m is None or not m.alive or m._stopping.is_set():  # noqa: SLF001
-            m = _running[key] = BackgroundMaintainer(uri, storage, thresholds, on_exit=_forget)
+            m = _running[key] = BackgroundMaintainer(uri, storage, thresholds, on_exit=_forget,
+                                                     isolated=isolated)
         m.thresholds = thresholds  # the newest writer's settings
     m.nudge()
     return m

@@ -173,7 +173,8 @@ def test_a_failing_pass_is_recorded_and_retried_in_the_background(pk_table):
 
     hooks.register("compact.before_commit", store_error)
     hooks.register("maintain.pass", on_pass)
-    m = BackgroundMaintainer(uri, opts, Thresholds(pending_records=1, check_every_s=0.05))
+    m = BackgroundMaintainer(uri, opts, Thresholds(pending_records=1, check_every_s=0.05),
+                             isolated=False)
     try:
         m.nudge()
         assert done.wait(WAIT_S), "the maintainer did not try again after its failure"
@@ -203,6 +204,10 @@ def test_the_background_maintainer_follows_a_table_dropped_and_created_again(pk_
     try:
         m.nudge()
         assert ran.wait(WAIT_S), "the first table was not compacted"
+        # Its passes run in a child process at the lowest CPU priority.
+        child = m._child._proc  # noqa: SLF001
+        assert child is not None and child.poll() is None
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
         ran.clear()
         store = TableView(uri, opts).store
         store.delete_many(list(store.list("")))  # dropped: every object of the table gone
@@ -215,3 +220,4 @@ def test_the_background_maintainer_follows_a_table_dropped_and_created_again(pk_
     assert passes[-1].error is None and passes[-1].compaction.rows == 20
     exactly_once(uri, opts, keys)
     assert sorted(TableView(uri, opts).dataset().to_table().column("id").to_pylist()) == keys
+    assert child.wait(WAIT_S) is not None, "the child process outlived its maintainer"
