@@ -7,7 +7,7 @@ the maintainer's thread does not reach it, and a merge then competes with the
 stream's micro-batches for every core. A child process at ``nice 19`` does: the
 writers get the CPU first and maintenance takes what is left.
 
-The child is ``python -m memwal_datasource.maintenance.child`` (a new interpreter,
+The child is ``python -m memwal_datasource.maintenance.child_main`` (a new interpreter,
 not ``multiprocessing``: spawning by ``multiprocessing`` imports the user's main
 script again in the child, which for a script that starts a stream at top level
 means a second stream). It reads requests from stdin and answers on the stdout it
@@ -28,6 +28,7 @@ import threading
 from typing import IO, Any
 
 NICE = 19
+CHILD_MODULE = "memwal_datasource.maintenance.child_main"
 _LEN = struct.Struct("<Q")
 
 
@@ -97,37 +98,5 @@ def _start() -> subprocess.Popen:
     # The child imports this package from wherever the parent did (an editable
     # install, a zip Spark shipped, a path the application added).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", CHILD_MODULE], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env, close_fds=True)
-
-
-def main() -> None:
-    """The child: lowest priority, then one pass per request until stdin closes."""
-    try:
-        os.nice(NICE)
-    except (AttributeError, OSError):
-        pass
-    answers = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
-    requests = sys.stdin.buffer
-
-    import logging
-
-    from ..table.view import TableView
-    from .auto import maintain_once
-
-    # The parent logs each pass's line through the application's handlers; Python's
-    # last-resort handler must not print it a second time from here.
-    logging.getLogger("memwal_datasource").addHandler(logging.NullHandler())
-
-    while True:
-        try:
-            uri, storage, thresholds, label = _recv(requests)
-        except EOFError:
-            return
-        result = maintain_once(TableView(uri, storage), thresholds, label=label)
-        _send(answers, _picklable(result))
-
-
-if __name__ == "__main__":
-    main()

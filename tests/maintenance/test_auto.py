@@ -48,6 +48,12 @@ def exactly_once(uri, opts, keys) -> None:
     assert got == Counter(keys), "a row is missing or read twice"
 
 
+def thread_nice(pid: int) -> list[int]:
+    """The nice value of every thread of process ``pid`` (Linux: nice is per thread)."""
+    return [int(Path(t, "stat").read_text().rsplit(") ", 1)[1].split()[16])
+            for t in Path(f"/proc/{pid}/task").iterdir()]
+
+
 def expired_leases(table) -> Leases:
     """Leases judged an hour later: a dead maintainer's lease has expired."""
     return Leases(table.store, ttl_s=60, clock=lambda: time.time() + 3600)
@@ -208,6 +214,7 @@ def test_the_background_maintainer_follows_a_table_dropped_and_created_again(pk_
         child = m._child._proc  # noqa: SLF001
         assert child is not None and child.poll() is None
         assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
+        assert set(thread_nice(child.pid)) == {19}, "a thread of the child (Lance's) is not"
         ran.clear()
         store = TableView(uri, opts).store
         store.delete_many(list(store.list("")))  # dropped: every object of the table gone
