@@ -299,13 +299,22 @@ class CommitLog(CommitLogReader):
                    txn: Txn | None, seq: int, checked: float) -> CommitResult | None:
         """Lead: put a record at ``seq`` holding ours and ``others``; ``None`` to go again."""
         global LOST_RACES
-        if txn is not None:
-            done = self.committed_txn(txn, upto=seq - 1)
-            if done is not None:
-                return CommitResult(done, False)
         state = self._fold(seq - 1)
         if state.sequence >= seq:
             return None  # the log moved past ``seq`` (maybe holding our intent): look again
+        if txn is not None:
+            done = self.committed_txn(txn, upto=seq - 1)
+            if done is not None:
+                # The record that committed the key may be one holding our own intent
+                # (a leader took it while we stalled): then that is our verdict.
+                held = self._holder(intent, done.sequence) if done.sequence > intent.after \
+                    else ()
+                if held is None:
+                    raise self._unknown(intent)
+                return self._answer(*held, txn) if held else CommitResult(done, False)
+            state = self._fold(seq - 1)
+            if state.sequence >= seq:
+                return None
         state = state.copy()
         if rec.ranges:
             check_ranges(state, rec.ranges, rec.ordered)

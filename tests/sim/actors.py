@@ -1,4 +1,5 @@
-"""The simulation's actors (committers, gc, a stream planner, readers) and one world.
+"""The simulation's actors (committers, gc, maintainers, a stream planner, readers) and
+one world.
 
 Each actor is a few store calls of the real code; what each one was told is kept
 for :mod:`tests.sim.checks`. :func:`build` makes a world from a seed: which
@@ -31,6 +32,8 @@ from memwal_datasource.format.commit_format import (
 from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.log.holds import ReaderHold, ReaderHolds
 from memwal_datasource.maintenance import gc
+from memwal_datasource.maintenance.auto import MAINTAINER_LEASE
+from memwal_datasource.shard.leases import Holder, Leases
 from memwal_datasource.store import MemoryStore
 
 from .scheduler import PROFILES, SHAPED, Crash, Scheduler
@@ -172,17 +175,31 @@ def stream(world: World, name: str, plans: int, think: float) -> None:
     holds.drop(name)  # a query stopped for good (a crashed one's hold lapses in 600 s)
 
 
-def collector(world: World, runs: int, think: float) -> None:
+def collector(world: World, runs: int, think: float,
+              rounds: list[tuple[int, int]] | None = None, name: str | None = None) -> None:
     """gc for a commit log without a Lance table: the real ``maintenance/gc.py``
     steps after the plan; the plan's compaction is a round per run, released
-    :data:`gc.MIN_RETAIN_SECONDS` after it."""
-    rounds: list[tuple[int, int]] = []  # (done at ms, records folded up to)
+    :data:`gc.MIN_RETAIN_SECONDS` after it. With ``name``, an automatic maintainer
+    (``maintenance/auto.py``): a run only under the table's maintainer lease (taken
+    and released with the real :class:`Leases` on the simulated clock; one that
+    stalls past its life is taken over, so two maintainers can still overlap)."""
+    rounds = [] if rounds is None else rounds  # (done at ms, records folded up to)
+    leases = Leases(world.store, ttl_s=60.0, clock=lambda: world.store.now_ms() / 1000)
     for _ in range(runs):
         world.sched.sleep(think, aligned=True)
         table = types.SimpleNamespace(store=world.store, uri=world.store.uri,
                                       commits=CommitLog(world.store, checkpoint_interval=None))
         try:
+            lease = None
+            if name is not None:
+                holder = Holder(job_id=f"maintainer-{name}", partition=-1, label=name,
+                                job_started_ms=world.store.now_ms())
+                lease, _blocker = leases.try_take(MAINTAINER_LEASE, holder)
+                if lease is None:
+                    continue  # another maintainer works on it
             collect_once(world, table, rounds)
+            if lease is not None:
+                leases.release(lease)
         except (OSError, MemWalError):
             pass  # the next run starts over, as a failed gc run does
         except Crash:
@@ -270,10 +287,18 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     if cfg.random() < 0.2:
         jobs = [job("ow", 0, "o", 1, 1, kind=OVERWRITE)]
         sched.spawn("ow", lambda j=jobs: committer(world, "ow", j, 3, False, True))
+    rounds: list[tuple[int, int]] = []  # compaction is the table's: every collector's
     if race or cfg.random() < 0.85:
         runs = cfg.randint(10, 20) if race else cfg.randint(2, 5)
         think = 8.0 if race else cfg.choice((5.0, 12.0, 20.0))
-        sched.spawn("gc", lambda: collector(world, runs, think))
+        sched.spawn("gc", lambda: collector(world, runs, think, rounds))
+    # Two streams' automatic maintainers beside it, in one world in four (a separate
+    # draw, so the worlds without them are the ones these seeds always made).
+    extra = random.Random(seed * 104729 + 3)
+    if extra.random() < 0.25:
+        for m in ("m0", "m1"):
+            runs, think = extra.randint(3, 8), extra.choice((2.0, 6.0, 12.0))
+            sched.spawn(m, lambda m=m, n=runs, t=think: collector(world, n, t, rounds, m))
     if cfg.random() < 0.5:
         plans, think = cfg.randint(2, 4), cfg.choice((1.0, 10.0, 25.0))
         sched.spawn("stream", lambda: stream(world, "stream", plans, think))
