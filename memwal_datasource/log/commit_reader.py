@@ -109,6 +109,10 @@ class CommitLogReader:
         self._released = 0  # the released boundary our listings showed (never lower)
         self._holders: dict[str, int] = {}  # intent id: the record that answered it
         self._listed: int | None = None  # the newest checkpoint our last LIST showed
+        # Records fetched from the store since our last checkpoint LIST began: any of
+        # them may be a stray (a number freed and filled again) until a LIST shows the
+        # boundary below it. A fold that uses one checks, whoever fetched it.
+        self._unverified: set[int] = set()
         # Answers a seeded reader's first look read at once (see _read_ahead); each is
         # used once, by the read it stands for, and dropped when that look ends.
         self._ahead: dict[tuple[str, str], Any] = {}
@@ -148,6 +152,7 @@ class CommitLogReader:
             return None, True
         rec = parse_record(data, self.store.describe(key), sequence)
         self._remember(rec)
+        self._unverified.add(sequence)
         return rec, True
 
     def _collected(self, sequence: int) -> bool:
@@ -294,7 +299,11 @@ class CommitLogReader:
     def _checkpoint_sequences(self) -> list[int]:
         out = []
         keys = self._ahead.pop(("list", CHECKPOINTS_DIR + "/"), None)
-        for key in keys if keys is not None else self.store.list(CHECKPOINTS_DIR + "/"):
+        if keys is None:  # a LIST now: it shows every boundary stored before it began
+            fetched = set(self._unverified)
+            keys = list(self.store.list(CHECKPOINTS_DIR + "/"))
+            self._unverified -= fetched
+        for key in keys:
             sequence = key_sequence(key)
             if sequence is not None:
                 out.append(sequence)
@@ -402,8 +411,10 @@ class CommitLogReader:
                 rec, asked = self._fetch(state.sequence + 1)
                 if rec is None:
                     break
+                # Fetched now, or earlier by another look (a follower's holder search)
+                # since our last listing: either way not yet checked against a boundary.
+                read = read or asked or rec.sequence in self._unverified
                 state.fold(rec)
-                read = read or asked
             else:
                 # A committer decides on this fold (keys, floors, epochs): a record it read
                 # may be a stray if a collection passed since its listing. Nothing read

@@ -69,6 +69,11 @@ FOUND_BUGS = {
     # A committer's fold that read records never looked for a newer boundary: a stray
     # decided its checks and, shared, a checkpoint (7685: a job's rows twice).
     "fold-stray": [251, 7685],
+    # ... and a fold that used records another look had fetched (a follower's holder
+    # search) before the boundary moved past them never checked them: a leader put a
+    # group record on a fold with a stray in it, and its checkpoint later hid the
+    # committed record there (31276: a job's rows lost, a refused job's rows shown).
+    "fold-stray-cached": [31276],
     # An intent written from a stale view: its window crossed released numbers and the
     # owner answered OutcomeUnknown although nothing could have committed the intent.
     "stale-after": [382],

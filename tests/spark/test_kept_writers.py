@@ -405,7 +405,9 @@ def _continues_in_three_round_trips(fault_proxy, writer, table, first, uri, opts
     assert (msg.shard_id, msg.epoch) == (first.shard_id, first.epoch)  # continued
     methods = sorted(r.method for r in fault_proxy.records())
     assert methods == ["GET", "GET", "GET", "HEAD", "HEAD", "PUT", "PUT", "PUT"], methods
-    assert fault_proxy.round_trips() == 3
+    # At most: the proxy notes a reply's end after relaying it, so on a loaded machine
+    # a request sent right after a reply can look like part of the same round trip.
+    assert fault_proxy.round_trips() <= 3
     writer.commit([msg])
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 2]
 
