@@ -308,7 +308,8 @@ def per_case(title: str, config: dict[str, Any], cases: list[dict[str, Any]], he
     return {"title": title, "config": config, "cases": cases,
             "targets": [t for c in cases for t in goals(c, c["label"])],
             "panels": [panel(f"{c['label']}: {t}" if t else c["label"], c["competitors"], k, u)
-                       for c in cases for t, k, u in plots],
+                       for c in cases for t, k, u in plots
+                       if any(k in s for s in c["competitors"].values())],
             "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs],
                       "rows": [r for c in cases for r in rows(
                           c["competitors"], [(k, f) for _h, k, f in cols], c["label"],
