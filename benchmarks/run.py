@@ -22,7 +22,7 @@ from typing import Any
 from .harness import RESULTS_DIR, Ctx, load, load_line, machine_info, machine_line, write_outputs
 
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
-SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "table_plan", "small_writes",
+SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "small_writes",
              "concurrency_no_spark", "spark_concurrency", "stream_latency", "import_time",
              "pk_compaction", "store_latency", "commit_history", "maintenance_soak")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
