@@ -23,7 +23,7 @@ from .harness import RESULTS_DIR, Ctx, load, load_line, machine_info, machine_li
 
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
 SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "small_writes",
-             "concurrency_no_spark", "spark_concurrency", "stream_latency", "import_time",
+             "concurrency_no_spark", "stream_latency", "import_time",
              "pk_compaction", "store_latency", "commit_history", "maintenance_soak")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
 
