@@ -3,7 +3,7 @@
 Each worker process (imports untimed) runs at once, per round on a fresh table, what a
 Spark append runs in-process (:func:`harness.inproc_append`) or ``lance.write_dataset(
 mode="append")``. Appends/s, p50/p99, CPU s and lost commit races per append (``commit.
-LOST_RACES``), and one traced append's store calls and fsyncs.
+LOST_RACES``); one append's store calls: ``small_writes``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     with mp.Manager() as manager, mp.Pool(PROCS) as pool:
         barrier = manager.Barrier(PROCS, timeout=900)
         runs = h.alternate(ctx, {k: lambda r, k=k: one_round(k) for k in (MEMWAL, LANCE)})
-    comp, io = h.stats(runs), h.io_per_append(str(ctx.scratch("traced") / "t.lance"))
+    comp = h.stats(runs)
     rt = {k: h.ratios(runs, MEMWAL, k, [LANCE])[LANCE] for k in ("appends_s", "p99_ms")}
     return h.local_case(
         f"{PROCS} processes x {n} appends x {ROWS:,} rows into one table, no Spark: memwal's "
@@ -71,8 +71,6 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         [h.target("memwal / Lance append appends/s", rt["appends_s"], 2.0),
          h.target("memwal / Lance append p99 per append", rt["p99_ms"], 1.0, at_most=True),
          h.target("memwal's lost put-if-absent races on the commit record per append",
-                  comp[MEMWAL]["lost_races_per_append"], 0.5, at_most=True),
-         {"what": "store calls and fsyncs per in-process append (reported)", "met": None,
-          "value": io["line"]}],
+                  comp[MEMWAL]["lost_races_per_append"], 0.5, at_most=True)],
         [("appends/s", "appends_s", "appends/s"), ("p99 per append", "p99_ms", "ms")],
-        competitors=comp, ratios=rt, io_per_append=io)
+        competitors=comp, ratios=rt)
