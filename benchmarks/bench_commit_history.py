@@ -1,13 +1,11 @@
 """Commit cost and a new reader's plan cost as the commit log's history grows, no Spark.
 
-Each history is built once on local disk by real ``CommitLog.append`` calls (one WAL
-position a record, ``group=False``; a checkpoint every 100) with a compaction round and a
-gc every 1,000 (records, WAL entries and old checkpoints deleted), then 10 more; on S3
-its live objects are copied by a thread pool of the store's puts (the appends would take
-tens of minutes there). On each store: K appends per repeat in this warm process, and
-``committed_tail()``, ``visible()`` and ``committed_txn()`` on fresh objects (also on a
-log never compacted and one without checkpoints); ms and store calls. Goal: flat in
-history (appends <= 1.2x, a new reader <= 2x).
+Histories of N one-position records (real ``CommitLog.append``, a checkpoint every 100, a
+compaction round and a gc every 1,000), built on local disk and copied to S3 (its live
+objects, by a thread pool of puts: appending there would take tens of minutes). On each
+store: ms and store calls of K appends, and of ``committed_tail()``, ``visible()`` and
+``committed_txn()`` on fresh objects (also on a log never compacted and one without
+checkpoints). Goal: flat in N (appends <= 1.2x, a new reader <= 2x).
 """
 
 from __future__ import annotations

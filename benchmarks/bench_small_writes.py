@@ -1,12 +1,10 @@
-"""4 concurrent Spark writers x N appends x 5,000 rows, one job each; and 16 writers.
+"""Concurrent Spark writers (4, and 16) x N appends x 5,000 rows, one job each.
 
 memwal (kept writers; ``keep_writers=false``) vs ``lance.write_dataset(df.toArrow(),
 mode="append")`` (on local disk also fsynced) vs the no-op Python sink (with and without
-memwal's worker measures) vs ``durable_sink``; local disk and S3, over TCP and Unix
-sockets. rows/s, p50/p99, CPU per append by process (driver, JVM, Python workers, the S3
-server), objects and KB per append, and the store calls and fsyncs of the same append
-in-process. Then 16 writers (local disk, TCP): memwal, the Lance append, the no-op and
-the durable sinks, after two rounds' appends untimed.
+memwal's worker measures) vs ``durable_sink``; local disk and S3, TCP and Unix sockets;
+16 writers: local disk, TCP. rows/s, p50/p99, CPU s by process, objects and KB per
+append, and the store calls and fsyncs of the same append in-process.
 """
 
 from __future__ import annotations
