@@ -1,105 +1,134 @@
-"""Requests and milliseconds per commit as the commit log's history grows, no Spark.
+"""Commit cost and a new reader's plan cost as the commit log's history grows, no Spark.
 
-History: real ``CommitLog.append`` calls (a range each, ``group=False``; a checkpoint
-every 100), gc's log steps every 1,000 (its record, checkpoint and released marker, the
-records below deleted, old checkpoints collected). Then K appends per repeat in this warm
-process, store calls counted; local disk and S3. Goal: flat in history (<= 1.2x).
+Histories of N one-position records (real ``CommitLog.append``, a checkpoint every 100, a
+compaction round and a gc every 1,000), built on local disk and copied to S3 (its live
+objects, by a thread pool of puts: appending there would take tens of minutes). On each
+store: ms and store calls of K appends, and of ``committed_tail()``, ``visible()`` and
+``committed_txn()`` on fresh objects, cold (also on a log never compacted and one without
+checkpoints). Goal: flat in N (appends <= 1.2x, a new reader <= 2x).
 """
 
 from __future__ import annotations
 
 import time
-import types
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from memwal_datasource.format.commit_format import record_key, released_key
-from memwal_datasource.log.commit import APPEND, CHECKPOINTS_DIR, GC, CommitLog, CommittedRange
-from memwal_datasource.maintenance.gc import _collect_checkpoints
+from memwal_datasource import MemWalTable
+from memwal_datasource.format.commit_format import key_sequence
+from memwal_datasource.log.commit import APPEND, CHECKPOINTS_DIR, CommitLog, CommittedRange, Txn
+from memwal_datasource.log.commit_reader import forget_folds
+from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.store import open_store
 
 from . import harness as h
 
 NAME = "commit_history"
-K, GC_EVERY, RETAIN, FLAT = 50, 1_000, 100, 1.2  # RETAIN: records kept below the checkpoint
-CKPTS = CHECKPOINTS_DIR + "/"
+K, GC_EVERY, FLAT, READ_FLAT, BUCKET = 50, 1_000, 1.2, 2.0, "memwal-history"
+OPS = ("committed_tail()", "visible()", "committed_txn()")
+VARIANTS = ("never compacted", "without checkpoints")
 
 
-class _Log:
-    """One table's log and its WAL positions (one per record, shard ``s0``)."""
-
-    def __init__(self, uri: str, opts: dict[str, str]):
-        self.store, self.pos, self.at, self.released = open_store(uri, opts), 0, {}, 0
-        self.log = CommitLog(self.store)
-
-    def append(self, log: CommitLog) -> None:
-        self.pos += 1
-        seq = log.append(APPEND, [CommittedRange("s0", 1, self.pos, self.pos, rows=10,
-                                                 bytes=580, task=0, attempt=0)],
-                         group=False).record.sequence
-        self.at[seq] = self.pos
-
-    def collect(self, log: CommitLog) -> None:
-        """gc's steps for the log, releasing up to RETAIN records below the newest checkpoint."""
-        ck = log.latest_checkpoint(refresh=True)
-        upto = (ck.sequence if ck else 0) - RETAIN
-        if upto <= self.released:
-            return
-        floor, nxt = min(p for s, p in self.at.items() if s > upto), log.next_sequence()
-        log.append(GC, [], extra={"floors": {"s0": floor}, "through_seq": nxt - 1,
-                                  "released_seq": upto}, at_sequence=nxt)
-        log.checkpoint()
-        self.store.put(released_key(upto), b"{}")
-        self.store.delete_many([record_key(s) for s in range(self.released + 1, upto + 1)])
-        self.at = {s: p for s, p in self.at.items() if s > upto}
-        self.released = upto
-        _collect_checkpoints(types.SimpleNamespace(store=self.store))
-
-    def checkpoints(self) -> int:
-        return sum(k.rsplit("/", 1)[-1][:-5].isdigit() for k in self.store.list(CKPTS))
+def _claim(store, shard: str) -> tuple[str, int, list[int]]:
+    """A fresh claim of ``shard`` (gc fences the last) and its 10 WAL entries' positions."""
+    app, batches = WalAppender.open(store, shard), h.arrow_rows(0, 10).to_batches()
+    return shard, app.epoch, [app.append(h.SCHEMA, batches).position for _ in range(10)]
 
 
-def _case(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], sizes) -> dict[str, Any]:
-    logs = {}
-    for n in sizes:
-        name, t = f"{n:,} records of history", time.perf_counter()
-        logs[name] = lg = _Log(f"{root}/n{n}.lance", opts)
-        for i in range(1, n + 1):
-            lg.append(lg.log)
-            if i % GC_EVERY == 0 or i == n:
-                lg.collect(lg.log)
-        ctx.log(f"  {where}: {name} built in {time.perf_counter() - t:.1f} s")
+def _commit(log: CommitLog, at: tuple[str, int, list[int]], count: int) -> None:
+    shard, epoch, pos = at
+    for i in range(count):
+        log.append(APPEND, [CommittedRange(shard, epoch, pos[i % 10], pos[i % 10], rows=10,
+                                           bytes=580, task=0, attempt=0)], group=False)
 
-    def timed(lg: _Log):
+
+def _build(uri: str, n: int, variant: str = "") -> tuple[str, int, list[int]]:
+    """``n`` records (maintained unless a variant), then 10 more; where more commit."""
+    h.create_table(uri)
+    store, shard, step = open_store(uri), str(uuid.uuid4()), n if variant else GC_EVERY
+    log = CommitLog(store, checkpoint_interval=None if variant == VARIANTS[1] else 100)
+    for done in range(0, n, step):
+        _commit(log, _claim(store, shard), min(step, n - done))
+        if not variant:  # a clock an hour ahead: the retention has passed
+            (table := MemWalTable(uri)).compact(max_records_per_round=GC_EVERY)
+            table.gc(retain_seconds=0, clock=lambda t=table: t.store.now_ms() + 3_600_000)
+    _commit(log, at := _claim(store, shard), 10)
+    return at
+
+
+def _read(op: str, uri: str, opts: dict[str, str]) -> int:
+    """One operation on fresh objects: the ranges it sees (1 if the txn is found)."""
+    if op == OPS[0]:
+        return len(MemWalTable(uri, opts).committed_tail())
+    log = CommitLog(open_store(uri, opts))
+    return len(log.visible()) if op == OPS[1] else int(log.committed_txn(Txn("x", 1)) is not None)
+
+
+def _timed(fn, per: int = 1) -> dict[str, float]:
+    """ms and store calls (fsyncs aside) per ``per`` of ``fn()``."""
+    with h.io_trace() as events:
+        secs = h.seconds(fn)
+    return {"ms": secs * 1e3 / per, "requests": sum(e[0] != "fsync" for e in events) / per}
+
+
+def _cases(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], hists) -> list[dict]:
+    """A new reader's case, then the commits' (which add records), on one store."""
+    uri = {name: f"{root}/{rel}" for name, (rel, _at) in hists.items()}
+    living = [name for name in hists if not name.endswith(VARIANTS)]
+    small, big = living[0], living[-1]
+
+    def reads(op: str, name: str):
         def run(r: int) -> dict[str, Any]:
-            log, ck = CommitLog(lg.store), lg.checkpoints()
-            with h.io_trace() as events:
-                secs = h.seconds(lambda: [lg.append(log) for _ in range(K)])
-            return {"ms_per_commit": secs * 1e3 / K, "checkpoints": ck,
-                    "requests_per_commit": sum(e[0] != "fsync" for e in events) / K}
+            seen = forget_folds() or []  # cold, as a new process: no fold of a commit before
+            return {**_timed(lambda: seen.append(_read(op, uri[name], opts))), "ranges": seen[0]}
         return run
 
-    runs = h.alternate(ctx, {n: timed(lg) for n, lg in logs.items()}, label=f"{where}: ")
-    big, small = list(logs)[-1], list(logs)[0]
-    return {"label": where, "competitors": h.stats(runs),
-            "flat": {k: h.ratios(runs, big, k, [small])[small]
-                     for k in ("ms_per_commit", "requests_per_commit")}}
+    def commits(name: str):
+        def run(r: int) -> dict[str, Any]:
+            store = open_store(uri[name], opts)
+            ck = sum(key_sequence(k) is not None for k in store.list(CHECKPOINTS_DIR + "/"))
+            log = CommitLog(store)
+            return {**_timed(lambda: _commit(log, hists[name][1], K), K), "checkpoints": ck}
+        return run
+
+    cases, reader = [], {f"{op} at {n}": reads(op, n) for op in OPS for n in hists}
+    for what, comps, goal in (("a new reader", reader, READ_FLAT),
+                              ("commits", {f"commit at {n}": commits(n) for n in living}, FLAT)):
+        runs = h.alternate(ctx, comps, label=f"{where}, {what}: ")
+        cases.append({"label": f"{where}, {what}", "competitors": h.stats(runs), "flat": {
+            f"{p} {k} at {big} / at {small}": (h.ratios(runs, f"{p} at {big}", k, [
+                f"{p} at {small}"])[f"{p} at {small}"], goal)
+            for p in dict.fromkeys(c.split(" at ")[0] for c in comps) for k in ("ms", "requests")}})
+    return cases
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     sizes = ctx.pick((100, 1_000, 5_000), (100, 10_000, 100_000))
-    cases = [_case(ctx, "local disk", str(ctx.scratch("history")), {}, sizes)]
-    with h.s3_bucket(ctx, "memwal-history") as (server, skipped):
-        if server is not None:
-            cases.append(_case(ctx, "S3", "s3://memwal-history", server.storage_options(), sizes))
+    root, hists = ctx.scratch("history"), {}
+    for n, variant in [*((n, "") for n in sizes), *((sizes[1], v) for v in VARIANTS)]:
+        name, t = f"{n:,} records" + (f", {variant}" if variant else ""), time.perf_counter()
+        rel = f"n{n}{variant.replace(' ', '_')}.lance"
+        hists[name] = rel, _build(str(root / rel), n, variant)
+        ctx.log(f"  {name}: built in {time.perf_counter() - t:.1f} s")
+    cases = []
+    with h.s3_bucket(ctx, BUCKET) as (server, skipped):
+        if server is not None:  # copied before the local commits add records
+            opts, t = server.storage_options(), time.perf_counter()
+            for rel, _at in hists.values():
+                local, s3 = open_store(str(root / rel)), open_store(f"s3://{BUCKET}/{rel}", opts)
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(lambda k, a=local, b=s3: b.put(k, a.get(k)), local.list("")))
+            ctx.log(f"  copied to S3 in {time.perf_counter() - t:.1f} s")
+            cases = _cases(ctx, "S3", f"s3://{BUCKET}", opts, hists)
     return h.per_case(
-        f"Commit cost vs commit-log history ({sizes[0]:,} to {sizes[-1]:,} records), "
-        "checkpoints and gc running", {"history": sizes, "appends_timed": K,
-                                       "gc_every": GC_EVERY, "s3_skipped": skipped},
-        cases, "store", [("ms/commit", "ms_per_commit", "{:.2f}"),
-                         ("requests/commit", "requests_per_commit", "{:.2f}"),
-                         ("checkpoints kept", "checkpoints", "{:.0f}")],
-        lambda c, w: [h.target(f"{w}: {k.replace('_per_', '/')} at {sizes[-1]:,} records / at "
-                               f"{sizes[0]:,}", c["flat"][k], FLAT, at_most=True)
-                      for k in c["flat"]],
-        [("ms per commit", "ms_per_commit", "ms"),
-         ("requests per commit", "requests_per_commit", "requests")])
+        f"Commit and read-plan cost vs commit-log history ({sizes[0]:,} to {sizes[-1]:,} "
+        "records), compaction and gc running: ms and requests per commit or read",
+        {"history": sizes, "commits_timed": K, "gc_every": GC_EVERY, "variants_at": sizes[1],
+         "s3": "histories built on local disk, copied", "s3_skipped": skipped},
+        [*_cases(ctx, "local disk", str(root), {}, hists), *cases], "store",
+        [("ms", "ms", "{:.2f}"), ("requests", "requests", "{:.2f}"),
+         ("checkpoints kept", "checkpoints", "{:.0f}"), ("ranges read", "ranges", "{:.0f}")],
+        lambda c, w: [h.target(f"{w}: {what}", s, goal, at_most=True)
+                      for what, (s, goal) in c["flat"].items()],
+        [("ms", "ms", "ms"), ("requests", "requests", "requests")])

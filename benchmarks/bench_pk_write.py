@@ -23,7 +23,10 @@ NO_PK, NOOP = "no primary key (Spark defaults)", "no-op DataSourceArrowWriter"
 LIMIT_MB = round((2 * 10 * h.MiB + 300 * h.MB) / h.MB)  # 2 x max_wal_buffer_size + 300 MB
 
 
-def _writes(ctx: h.Ctx, df, rows: int, modes: dict[str, str], rss: bool) -> dict[str, Any]:
+def _writes(ctx: h.Ctx, spark, rows: int, modes: dict[str, str], rss: bool) -> dict[str, Any]:
+    df = h.frame(spark, 0, rows, parts=4).cache()  # one cached DataFrame
+    assert df.count() == rows
+
     def timed(prepare, committed: bool = True):
         def run(r: int) -> dict[str, Any]:
             path = str(ctx.scratch("pk") / "t.lance")
@@ -50,39 +53,32 @@ def _writes(ctx: h.Ctx, df, rows: int, modes: dict[str, str], rss: bool) -> dict
     if rss:  # the worker's peak with no key at all, and with a sink that keeps nothing
         comps[NO_PK] = timed(lambda p: df.write.format("memwal").mode("append"))
         comps[NOOP] = timed(lambda p: df.write.format("noop_arrow").mode("append"), False)
-    return h.alternate(ctx, comps, repeats=max(3, ctx.repeats))
+    return h.stats(h.alternate(ctx, comps, repeats=max(3, ctx.repeats)))
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     rows = ctx.pick(200_000, 2_000_000, 4_000_000)
-    for conf, modes, rss in (({}, MODES, False),
-                             ({"spark.python.worker.reuse": "false"}, {"WAL-only": "false"}, True)):
-        with h.spark_session(ctx, **conf) as spark:
-            df = h.frame(spark, 0, rows, parts=4).cache()
-            assert df.count() == rows
-            runs = _writes(ctx, df, rows, modes, rss)
-        if rss:
-            rss_comp, rss_rt = h.stats(runs), h.ratios(runs, NO_PK, "peak_rss_mb", [NOOP])[NOOP]
-        else:
-            comp = h.stats(runs)
-            rt = {m: h.paired([x["rows_s"] for x in runs[f"{m}: {PREPARED}"]],
-                            [x["rows_s"] for x in runs[f"{m}: {ANY}"]]) for m in MODES}
-    both = {**{n: {**s, **rss_comp.get(n, {})} for n, s in comp.items()},
-            **{n: {"peak_rss_mb": rss_comp[n]["peak_rss_mb"]} for n in (NO_PK, NOOP)}}
-    return h.per_case(
+    with h.spark_session(ctx) as spark:
+        comp = _writes(ctx, spark, rows, MODES, False)
+    with h.spark_session(ctx, **{"spark.python.worker.reuse": "false"}) as spark:
+        rss = _writes(ctx, spark, rows, {"WAL-only": "false"}, True)
+    rt = {m: h.paired(comp[f"{m}: {PREPARED}"]["rows_s"]["values"],
+                      comp[f"{m}: {ANY}"]["rows_s"]["values"]) for m in MODES}
+    rss_rt = h.paired(rss[NO_PK]["peak_rss_mb"]["values"], rss[NOOP]["peak_rss_mb"]["values"])
+    both = {**{n: {**s, **rss.get(n, {})} for n, s in comp.items()},
+            **{n: {"peak_rss_mb": rss[n]["peak_rss_mb"]} for n in (NO_PK, NOOP)}}
+    return h.local_case(
         f"Spark df.write of {rows:,} rows to a primary-key table: any DataFrame vs "
         "partition_for_table; the Python workers' peak RSS",
         {"rows": rows, "table": "fresh per repeat, primary key id, bucket(id, 16)",
          "rss": "a fresh worker per task (worker.reuse=false), sampled every 20 ms",
-         "rss_limit_mb": LIMIT_MB}, [{"label": "local disk", "competitors": both}], "case",
+         "rss_limit_mb": LIMIT_MB}, both,
         [("rows/s", "rows_s", "{:,.0f}"), ("committed ranges", "ranges", "{:.0f}"),
          ("peak worker RSS MB", "peak_rss_mb", "{:.0f}")],
-        lambda c, w: [
-            *(h.target(f"{m}: partition_for_table / any DataFrame rows/s", r)
-              for m, r in rt.items()),
-            *(h.target(f"{n}: memwal worker peak RSS MB", rss_comp[n]["peak_rss_mb"], LIMIT_MB,
-                       at_most=True) for n in rss_comp if n != NOOP),
-            h.target("no primary key: memwal / no-op worker peak RSS", rss_rt)],
-        [], competitors=comp, rss=rss_comp, ratios=rt,
+        [*(h.target(f"{m}: partition_for_table / any DataFrame rows/s", r) for m, r in rt.items()),
+         *(h.target(f"{n}: memwal worker peak RSS MB", rss[n]["peak_rss_mb"], LIMIT_MB,
+                    at_most=True) for n in rss if n != NOOP),
+         h.target("no primary key: memwal / no-op worker peak RSS", rss_rt)], [],
+        competitors=comp, rss=rss, ratios=rt,
         panels=[h.panel("rows/s", comp, "rows_s", "rows/s"),
-                h.panel("peak worker RSS (WAL-only)", rss_comp, "peak_rss_mb", "MB")])
+                h.panel("peak worker RSS (WAL-only)", rss, "peak_rss_mb", "MB")])

@@ -7,33 +7,30 @@ parquet with its files fsynced (memwal's rows are durable when the job returns).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from . import harness as h
 
 NAME = "spark_write"
-WAL = "memwal (Spark defaults, WAL-only)"
-NOOP = "no-op DataSourceArrowWriter"
-PARQUET = "Spark parquet"
-PARQUET_SYNC = "Spark parquet, then fsync (durable)"
+WAL, NOOP = "memwal (Spark defaults, WAL-only)", "no-op DataSourceArrowWriter"
+PARQUET, PARQUET_SYNC = "Spark parquet", "Spark parquet, then fsync (durable)"
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
-    rows = ctx.pick(200_000, 2_000_000, 4_000_000)
-    cases = []
+    rows, cases = ctx.pick(200_000, 2_000_000, 4_000_000), []
     with h.spark_session(ctx) as spark:
         df = h.frame(spark, 0, rows, parts=4).cache()
         assert df.count() == rows
 
         def timed(write):
             def run(r: int) -> dict[str, Any]:
-                path = str(ctx.scratch("sw") / "t")
-                cpu0, t0 = sum(h.cpu_tree().values()), time.perf_counter()
+                path, cpu0, t0 = str(ctx.scratch("sw") / "t"), h.cpu_tree(), time.perf_counter()
                 write(path)
-                secs = time.perf_counter() - t0
-                return {"rows_s": rows / secs, "cores_busy": (sum(h.cpu_tree().values()) - cpu0)
-                        / secs, "seconds": secs}
+                secs, cpu = time.perf_counter() - t0, sum(h.cpu_tree().values())
+                return {"rows_s": rows / secs, "cores_busy": (cpu - sum(cpu0.values())) / secs,
+                        "seconds": secs}
             return run
 
         def memwal(path: str) -> None:
@@ -42,8 +39,9 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
 
         def parquet(path: str, durable: bool = False) -> None:
             df.write.parquet(path)
-            if durable:
-                h.fsync_tree(path)
+            walk = list(os.walk(path)) if durable else []  # files, then directories
+            h.fsync_path(*(os.path.join(d, f) for d, _s, fs in walk for f in fs),
+                         *(d for d, *_ in walk))
 
         comps = {WAL: timed(memwal),
                  NOOP: timed(lambda p: df.write.format("noop_arrow").mode("append").save()),

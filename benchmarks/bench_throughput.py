@@ -29,8 +29,7 @@ def _groups(batches, size: int) -> list[list]:
     """Batches grouped into entries as the writer cuts them (at least ``size`` bytes)."""
     groups, n = [[]], 0
     for b in batches:
-        if n >= size:
-            groups, n = [*groups, []], 0
+        groups, n = (groups, n) if n < size else ([*groups, []], 0)
         groups[-1].append(b)
         n += b.get_total_buffer_size()
     return groups
@@ -43,8 +42,7 @@ def _raw(root: str, encoded, mode: str) -> None:
     with ThreadPoolExecutor(8) as pool:
         for i, data in enumerate(encoded, 1):
             path = os.path.join(root, wal_key(shard, i))
-            fd = os.open(path, flags, 0o644)
-            view = memoryview(data)
+            fd, view = os.open(path, flags, 0o644), memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
             if mode == "serial":
@@ -80,10 +78,9 @@ def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
              NATIVE: timed(lambda root: h.create_table(root + "/t.lance") or lance.dataset(
                  root + "/t.lance"), lambda ds: put_all(ds.mem_wal_writer(
                  str(uuid.uuid4()), durable_write=False, max_wal_buffer_size=size)))}
-    runs = h.alternate(ctx, comps, label=f"{batches[0].num_rows:,} rows, {size // h.KiB} KiB: ")
-    comp = h.stats(runs)
-    return {"label": f"{batches[0].num_rows:,}-row batches, {size // h.KiB:,} KiB",
-            "entry_bytes": size, "entries": len(encoded), "competitors": comp,
+    label = f"{batches[0].num_rows:,}-row batches, {size // h.KiB:,} KiB"
+    comp = h.stats(runs := h.alternate(ctx, comps, label=f"{label}: "))
+    return {"label": label, "entry_bytes": size, "entries": len(encoded), "competitors": comp,
             "ratios": h.ratios(runs, OURS, "mb_s", list(comp)),
             "fastest_raw": max(RAW.values(), key=lambda k: comp[k]["mb_s"]["median"])}
 

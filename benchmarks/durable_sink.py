@@ -31,8 +31,9 @@ class PutObject(sds.WriterCommitMessage):
     rows: int
 
 
-class DurableWriter(sds.DataSourceArrowWriter):
-    """One durable object per task, one durable record per job (or nothing: ``durable``)."""
+class DurableWriter(sds.DataSourceArrowWriter, sds.DataSourceStreamArrowWriter):
+    """One durable object per task, one durable record per job or micro-batch (named by its
+    batch id: put once per batch); or nothing (``durable``)."""
 
     def __init__(self, path: str, storage: dict[str, str], durable: bool, measures: bool):
         self.path, self.storage, self.job = path, storage, uuid.uuid4().hex
@@ -50,39 +51,28 @@ class DurableWriter(sds.DataSourceArrowWriter):
         ctx, store = TaskContext.get(), open_store(self.path, self.storage)
         codec = ShardWriterConfig().wal_codec(store.remote)
         options = pa.ipc.IpcWriteOptions(compression=codec) if codec else None
-        sink, rows, writer = pa.BufferOutputStream(), 0, None
-        for batch in iterator:
-            if writer is None:
-                writer = pa.ipc.new_stream(sink, batch.schema, options=options)
-            writer.write_batch(batch)
-            rows += batch.num_rows
-        if writer is not None:
-            writer.close()
+        sink, batches = pa.BufferOutputStream(), list(iterator)
+        if batches:
+            with pa.ipc.new_stream(sink, batches[0].schema, options=options) as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
         key = f"data/{self.job}-{ctx.partitionId()}-{ctx.attemptNumber()}.arrow"
         store.put_if_absent(key, sink.getvalue())
-        return PutObject(key, rows)
+        return PutObject(key, sum(b.num_rows for b in batches))
 
-    def commit(self, messages, name: str | None = None) -> None:
+    def commit(self, messages, batchId=None) -> None:  # noqa: N803 - Spark's name
+        name = self.job if batchId is None else f"batch-{batchId:020d}"
         (entry_point(self._commit) if self.measures else self._commit)(messages, name)
 
-    def _commit(self, messages, name: str | None) -> None:
-        record = {"job": self.job, "objects": [m.key for m in messages if m is not None],
-                  "rows": sum(m.rows for m in messages if m is not None)}
+    def _commit(self, messages, name: str) -> None:
+        done = [m for m in messages if m is not None]
         if self.durable:
             open_store(self.path, self.storage).put_if_absent(
-                f"commits/{name or self.job}.json", json.dumps(record).encode())
+                f"commits/{name}.json", json.dumps({
+                    "job": self.job, "objects": [m.key for m in done],
+                    "rows": sum(m.rows for m in done)}).encode())
 
-    def abort(self, messages) -> None:
-        pass
-
-
-class DurableStreamWriter(DurableWriter, sds.DataSourceStreamArrowWriter):
-    """A micro-batch's record is named by its batch id: put once per batch."""
-
-    def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
-        super().commit(messages, f"batch-{batchId:020d}")
-
-    def abort(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
+    def abort(self, messages, batchId=None) -> None:  # noqa: N803 - Spark's name
         pass
 
 
@@ -93,26 +83,20 @@ class DurableSource(sds.DataSource):
     def name(cls) -> str:
         return NAME
 
-    def _writer(self, cls: type[DurableWriter]) -> DurableWriter:
+    def writer(self, schema, overwrite: bool) -> DurableWriter:
         opts = {k.lower(): v for k, v in dict(self.options).items()}
         durable, measures = self.name() == NAME, opts.get("measures") != "false"
-        make = lambda: cls(table_path(opts) if durable else "",  # noqa: E731
-                           storage_options(opts), durable, measures)  # as memwal reads them
+        make = lambda: DurableWriter(table_path(opts) if durable else "",  # noqa: E731
+                                     storage_options(opts), durable, measures)  # as memwal's
         return entry_point(make)() if measures else make()
 
-    def writer(self, schema, overwrite: bool) -> DurableWriter:
-        return self._writer(DurableWriter)
-
-    def streamWriter(self, schema, overwrite: bool) -> DurableStreamWriter:  # noqa: N802
-        return self._writer(DurableStreamWriter)
+    streamWriter = writer  # noqa: N815 - Spark's name
 
 
 class NoopSource(DurableSource):
     """``format("noop_arrow")``: counts rows, writes nothing."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "noop_arrow"
+    name = classmethod(lambda cls: "noop_arrow")
 
 
 def committed_rows(path: str, storage: dict[str, str] | None = None) -> int:

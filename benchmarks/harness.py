@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,12 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from memwal_datasource import MemWalDataSource
 from memwal_datasource.log.commit import CommitLog
 from memwal_datasource.store import ObjectStore, open_store
+from memwal_datasource.table.view import create_table as _create_table
 
 from . import durable_sink
 
@@ -43,9 +44,11 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SUFFIX = "-abcdefghijklmnopqrstuvwxyz0123"  # a row is ~58 Arrow bytes: id, ~38 B payload, score
 SCHEMA = pa.schema([pa.field("id", pa.int64(), False), ("payload", pa.string()),
                     ("score", pa.float64())])  # the one schema of every scenario's rows
+Summary = dict[str, Any]  # median, min, max, n and the values
+Runs = dict[str, list[dict[str, Any]]]  # each repeat's result, by competitor
+Comp = dict[str, dict[str, Any]]  # a summary per key, by competitor
+Cols = Sequence[tuple[str, str, str]]  # (header or title, key, format or unit)
 
-
-# --- context ---------------------------------------------------------------------
 
 @dataclass
 class Ctx:
@@ -56,34 +59,27 @@ class Ctx:
     machine: dict[str, Any]
     log: Callable[[str], None] = print
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the Spark settings
-    quick = property(lambda self: self.scale == "quick")
 
     def pick(self, quick: Any, default: Any, full: Any = None) -> Any:
         """The size for this run's scale (``full`` defaults to ``default``)."""
-        return quick if self.quick else full if self.scale == "full" and full else default
+        return {"quick": quick, "full": full or default}.get(self.scale, default)
 
     def scratch(self, name: str) -> Path:
         """A fresh, empty directory under the work dir."""
-        p = self.workdir / name
-        shutil.rmtree(p, ignore_errors=True)
+        shutil.rmtree(p := self.workdir / name, ignore_errors=True)
         p.mkdir(parents=True)
         return p
 
-
-# --- data ------------------------------------------------------------------------
 
 def arrow_rows(start: int, rows: int) -> pa.Table:
     """Rows ``start .. start+rows-1`` (id, payload, score), freshly allocated."""
     ids = pa.array(np.arange(start, start + rows, dtype=np.int64))
     payload = pc.binary_join_element_wise(pc.cast(ids, pa.string()), SUFFIX[1:], "-")
-    return pa.table([ids, payload, pc.multiply(pc.cast(ids, pa.float64()), 0.001)],
-                    schema=SCHEMA)
+    return pa.table([ids, payload, pc.multiply(pc.cast(ids, pa.float64()), 0.001)], schema=SCHEMA)
 
 
 def spark_schema():
     """:data:`SCHEMA` as Spark hands it to a writer."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     return from_arrow_schema(SCHEMA)
 
 
@@ -103,22 +99,7 @@ def committed_rows(uri: str, storage: dict[str, str] | None = None) -> int:
 
 def create_table(uri: str, storage: dict[str, str] | None = None) -> None:
     """A memwal table of :func:`arrow_rows`' schema, primary key ``id``."""
-    from memwal_datasource.table.view import create_table as create
-
-    create(uri, SCHEMA, primary_key=["id"], storage_options=storage)
-
-
-def stored(uri: str, storage: dict[str, str] | None = None) -> tuple[int, int]:
-    """Objects (files, keys) under a table, and their bytes (a HEAD each on an object store)."""
-    store = open_store(uri, storage or {})
-    sizes = [store.head(key) or 0 for key in store.list("")]
-    return len(sizes), sum(sizes)
-
-
-def fsync_tree(root: str | Path) -> None:
-    """fsync every file under ``root``, then every directory."""
-    walk = list(os.walk(root))
-    fsync_path(*(os.path.join(d, f) for d, _s, fs in walk for f in fs), *(d for d, *_ in walk))
+    _create_table(uri, SCHEMA, primary_key=["id"], storage_options=storage)
 
 
 def fsync_path(*paths: str) -> None:
@@ -154,56 +135,45 @@ STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "h
 @contextlib.contextmanager
 def io_trace() -> Iterator[list[tuple[str, str, float]]]:
     """``(op, key or path, ms)`` of every (outermost) ObjectStore call and ``os.fsync``."""
-    events: list[tuple[str, str, float]] = []
-    local, undo, classes, todo = threading.local(), [(os, "fsync", os.fsync)], [], [ObjectStore]
-    while todo:  # every store class, wherever it lives
-        classes.append(todo.pop())
-        todo += classes[-1].__subclasses__()
-    undo += [(c, op, c.__dict__[op]) for c in classes for op in STORE_OPS if op in c.__dict__]
+    events, local, lookup, fsync = [], threading.local(), ObjectStore.__getattribute__, os.fsync
 
-    def wrap(fn: Callable, op: str) -> Callable:
+    def traced(op: str, fn: Callable, key: Callable) -> Callable:
         def call(*args, **kwargs):
-            depth = getattr(local, "depth", 0)
-            local.depth, t = depth + 1, time.perf_counter()
+            depth, t = getattr(local, "depth", 0), time.perf_counter()
+            local.depth = depth + 1
             try:
                 return fn(*args, **kwargs)
             finally:
                 local.depth = depth
-                if depth == 0 or op == "fsync":  # fsync(fd), or store.op(key, ...)
-                    key = (os.readlink(f"/proc/self/fd/{args[0]}") if op == "fsync" else
-                           args[1] if len(args) > 1 and isinstance(args[1], str) else
-                           f"{args[1][0]} (of {len(args[1])})" if len(args) > 1 and args[1]
-                           else "(batch)")
-                    events.append((op, key, (time.perf_counter() - t) * 1e3))
+                if depth == 0 or op == "fsync":  # store.op(key or keys, ...), or fsync(fd)
+                    events.append((op, key(args), (time.perf_counter() - t) * 1e3))
         return call
 
-    for owner, op, fn in undo:
-        setattr(owner, op, wrap(fn, op))
+    ObjectStore.__getattribute__ = lambda store, name: (
+        traced(name, lookup(store, name), lambda a: str(*a[:1])) if name in STORE_OPS
+        else lookup(store, name))
+    os.fsync = traced("fsync", fsync, lambda a: os.readlink(f"/proc/self/fd/{a[0]}"))
     try:
         yield events
     finally:
-        for owner, op, fn in reversed(undo):
-            setattr(owner, op, fn)
+        ObjectStore.__getattribute__, os.fsync = lookup, fsync
 
 
 def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
                   rows: int = 5_000, **options: str) -> dict[str, Any]:
-    """Store calls and fsyncs per :func:`inproc_append` after an untimed one; and what
-    the last append touched."""
+    """Store calls and fsyncs per :func:`inproc_append` after an untimed one (``line``: in
+    one line); and what the last append touched."""
     inproc_append(uri, arrow_rows(0, rows), storage, **options)
     with io_trace() as events:
         for i in range(1, n + 1):
             mark = len(events)
             inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
-    ops, uuid_re = collections.Counter(e[0] for e in events), re.compile(r"[0-9a-f-]{32,36}")
-    return {"per_append": {op: c / n for op, c in sorted(ops.items())},
-            "ms_per_append": {op: sum(ms for o, _k, ms in events if o == op) / n
-                              for op in sorted(ops)},
-            "last_append": [f"{op} {uuid_re.sub('<id>', k.replace(uri, '<table>'))}"
+    per = {op: c / n for op, c in sorted(collections.Counter(e[0] for e in events).items())}
+    return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items()),
+            "ms_per_append": {op: sum(t for o, _k, t in events if o == op) / n for op in per},
+            "last_append": [f"{op} {re.sub('[0-9a-f-]{32,36}', '<id>', k.replace(uri, '<table>'))}"
                             for op, k, _ms in events[mark:]]}
 
-
-# --- statistics ------------------------------------------------------------------
 
 def seconds(fn: Callable[[], Any]) -> float:
     """How long ``fn()`` took."""
@@ -216,60 +186,51 @@ def pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else float("nan")
 
 
-def summarize(values: Sequence[float]) -> dict[str, Any]:
-    v = [float(x) for x in values] or [float("nan")]  # median, min, max, n and the values
+def summarize(values: Sequence[float]) -> Summary:
+    v = [float(x) for x in values] or [float("nan")]
     return {"median": float(np.median(v)), "min": min(v), "max": max(v), "n": len(values),
             "values": v}
 
 
-def paired(num: Sequence[float], den: Sequence[float]) -> dict[str, Any]:
+def paired(num: Sequence[float], den: Sequence[float]) -> Summary:
     """Per-repeat ratios ``num[r] / den[r]`` summarised (drift cancels within a repeat)."""
     return summarize([a / b if b else float("nan") for a, b in zip(num, den, strict=True)])
 
 
-def cell(s: dict[str, Any] | float, fmt: str = "{:.3g}") -> str:
+def cell(s: Summary | float, fmt: str = "{:.3g}") -> str:
     """``median (min..max)`` of a summary; a plain value as it is."""
     return (f"{fmt.format(s['median'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
             if isinstance(s, dict) else fmt.format(s))
 
 
-def target(what: str, s: dict[str, Any], goal: float | None = None,
-           at_most: bool = False) -> dict[str, Any]:
+def target(what: str, s: Summary, goal: float | None = None, at_most: bool = False) -> dict:
     """A goal on a summary (a paired ratio or a value), met by its median; no goal: reported."""
     value = f"{s['median']:.3g} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"
     if goal is None:
         return {"what": f"{what} (reported, no goal)", "value": value, "met": None}
-    met = s["median"] <= goal if at_most else s["median"] >= goal
-    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "met": met,
-            "goal": goal}
+    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "goal": goal,
+            "met": s["median"] <= goal if at_most else s["median"] >= goal}
 
 
-def alternate(ctx: Ctx, competitors: dict[str, Callable[[int], dict[str, Any]]],
-              warmup: int = 1, repeats: int | None = None,
-              label: str = "") -> dict[str, list[dict[str, Any]]]:
+def alternate(ctx: Ctx, competitors: dict[str, Callable[[int], dict]], warmup: int = 1,
+              repeats: int | None = None, label: str = "") -> Runs:
     """``warmup`` untimed rounds (repeat index -1), then ``repeats`` rounds in rotated order."""
     names = list(competitors)
-    out: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-
-    def call(name: str, r: int) -> dict[str, Any]:
-        gc.collect()
-        res = competitors[name](r)
-        brief = ", ".join(f"{k} {v:.3g}" for k, v in res.items()
-                          if isinstance(v, (int, float)) and not isinstance(v, bool))
-        ctx.log(f"  {label}{'warm-up' if r < 0 else f'repeat {r + 1}'} {name}: {brief[:140]}")
-        return res
-
-    for _ in range(warmup):
-        for name in names:
-            call(name, -1)
-    for r in range(repeats or ctx.repeats):
-        k = r % len(names)
+    out: Runs = {n: [] for n in names}
+    for r in [-1] * warmup + list(range(repeats or ctx.repeats)):
+        k = max(r, 0) % len(names)
         for name in names[k:] + names[:k]:
-            out[name].append(call(name, r))
+            gc.collect()
+            res = competitors[name](r)
+            brief = ", ".join(f"{k} {v:.3g}" for k, v in res.items()
+                              if isinstance(v, (int, float)) and not isinstance(v, bool))
+            ctx.log(f"  {label}{'warm-up' if r < 0 else f'repeat {r + 1}'} {name}: {brief[:140]}")
+            if r >= 0:
+                out[name].append(res)
     return out
 
 
-def stats(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def stats(runs: Runs) -> Comp:
     """``{competitor: {key: summarize(...) for every numeric key, "runs": raw}}``."""
     return {name: {**{k: summarize([x[k] for x in rs]) for k, v in rs[0].items()
                       if isinstance(v, (int, float)) and not isinstance(v, bool)},
@@ -277,65 +238,68 @@ def stats(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
             for name, rs in runs.items()}
 
 
-def ratios(runs: dict[str, list[dict[str, Any]]], ours: str, key: str,
-           others: Sequence[str]) -> dict[str, dict[str, Any]]:
+def ratios(runs: Runs, ours: str, key: str, others: Sequence[str]) -> Comp:
     """``{other: paired(ours[key], other[key])}``."""
     return {o: paired([x[key] for x in runs[ours]], [x[key] for x in runs[o]]) for o in others}
 
 
-def rows(comp: dict[str, dict[str, Any]], cols: Sequence[tuple[str, str]], *prefix: str,
-         vs: Sequence[dict[str, dict[str, Any]]] = ()) -> list[list[str]]:
+def rows(comp: Comp, cols: Sequence[tuple[str, str]], *prefix: str,
+         vs: Sequence[Comp] = ()) -> list[list[str]]:
     """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing),
     and a column per ratios dict in ``vs`` (ours / each competitor; "1" for ours)."""
     return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols),
              *(cell(v[n], "{:.2f}") if n in v else "1" for v in vs)] for n, s in comp.items()]
 
 
-def panel(title: str, comp: dict[str, dict[str, Any]], key: str, unit: str) -> list:
+def panel(title: str, comp: Comp, key: str, unit: str) -> list:
     """A bar panel of ``key`` for every competitor that has it."""
     return [title, {n: s[key] for n, s in comp.items() if key in s}, unit]
 
 
-def per_case(title: str, config: dict[str, Any], cases: list[dict[str, Any]], head: str,
-             cols: Sequence[tuple[str, str, str]], goals: Callable[[dict[str, Any], str], list],
-             plots: Sequence[tuple[str, str, str]], vs: dict[str, str] | None = None,
+def per_case(title: str, config: dict, cases: list[dict], head: str, cols: Cols,
+             goals: Callable[[dict, str], list], plots: Cols, vs: dict[str, str] | None = None,
              **extra: Any) -> dict[str, Any]:
     """A result by case (``label``, ``competitors``): a row per case and competitor
     (``head``, then ``cols``: header, key, format; then per ``vs`` header the case's ratios
-    at that key), ``goals(case, label)``, a panel per ``plots`` (title, key, unit); ``extra``
-    added (or replacing)."""
+    at that key), ``goals(case, label)``, a panel per ``plots`` (title, key, unit) a
+    competitor has; ``extra`` added (or replacing)."""
     vs = vs or {}
     return {"title": title, "config": config, "cases": cases,
             "targets": [t for c in cases for t in goals(c, c["label"])],
             "panels": [panel(f"{c['label']}: {t}" if t else c["label"], c["competitors"], k, u)
-                       for c in cases for t, k, u in plots],
+                       for c in cases for t, k, u in plots
+                       if any(k in s for s in c["competitors"].values())],
             "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs],
                       "rows": [r for c in cases for r in rows(
                           c["competitors"], [(k, f) for _h, k, f in cols], c["label"],
                           vs=[c[k] for k in vs.values()])]}, **extra}
 
 
-# --- the machine and its load ------------------------------------------------------
+def local_case(title: str, config: dict, comp: Comp, cols: Cols, targets: list, plots: Cols,
+               vs: dict[str, Comp] | None = None, **extra: Any) -> dict[str, Any]:
+    """:func:`per_case` of one ``local disk`` case: ``targets``, a column per ``vs`` ratios."""
+    return per_case(title, config, [{"label": "local disk", "competitors": comp, **(vs or {})}],
+                    "case", cols, lambda c, w: targets, plots, {k: k for k in vs or {}}, **extra)
+
 
 def machine_info(workdir: str) -> dict[str, Any]:
     """CPU model, cores, RAM, disk, versions, git commit, load average."""
     from importlib.metadata import version
 
-    model = platform.processor() or "?"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+    with open("/proc/cpuinfo") as f:
         model = next((ln.split(":", 1)[1].strip() for ln in f
-                      if ln.lower().startswith("model name")), model)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    path = os.path.realpath(workdir)
-    m = max((p for p in psutil.disk_partitions(all=True) if path == p.mountpoint
-             or path.startswith(p.mountpoint.rstrip("/") + "/")), key=lambda p: len(p.mountpoint))
+                      if ln.lower().startswith("model name")), platform.processor() or "?")
+    path = os.path.join(os.path.realpath(workdir), "")
+    m = max((p for p in psutil.disk_partitions(all=True) if path.startswith(
+        os.path.join(p.mountpoint, ""))), key=lambda p: len(p.mountpoint))
     return {"cpu_model": model, "logical_cores": os.cpu_count(),
             "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
             "platform": platform.platform(), "python": sys.version.split()[0],
             "pyarrow": pa.__version__, "pylance": version("pylance"),
             "disk": {"path": str(workdir), "device": m.device, "mount": m.mountpoint,
-                     "fstype": m.fstype}, "git_commit": commit,
+                     "fstype": m.fstype},
+            "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                         capture_output=True, text=True).stdout.strip(),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -345,29 +309,26 @@ def machine_line(m: dict[str, Any]) -> str:
             f"pyarrow {m['pyarrow']}, pylance {m['pylance']}")
 
 
-def _own_cpu() -> float:
-    t = psutil.Process().cpu_times()  # with reaped children: a stopped JVM counts
-    return t.children_user + t.children_system + sum(cpu_tree().values())
-
-
-def _busy(t) -> float:
-    return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "steal"))
-
-
 @contextlib.contextmanager
 def load() -> Iterator[dict[str, Any]]:
     """Load average and the CPU share other processes took while active (filled on exit)."""
-    t0, load0, sys0, own0, out = (time.perf_counter(), os.getloadavg(), psutil.cpu_times(),
-                                  _own_cpu(), {})
+    def own() -> float:  # with reaped children: a stopped JVM counts
+        t = psutil.Process().cpu_times()
+        return t.children_user + t.children_system + sum(cpu_tree().values())
+
+    def busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "steal"))
+
+    t0, load0, busy0, own0, out = time.perf_counter(), os.getloadavg(), busy(), own(), {}
     try:
         yield out
     finally:
-        avail = max((time.perf_counter() - t0) * (os.cpu_count() or 1), 1e-9)
-        own, busy = _own_cpu() - own0, _busy(psutil.cpu_times()) - _busy(sys0)
+        avail, mine = max((time.perf_counter() - t0) * (os.cpu_count() or 1), 1e-9), own() - own0
         out.update(loadavg_start=[round(x, 2) for x in load0],
                    loadavg_end=[round(x, 2) for x in os.getloadavg()],
-                   cpu_own_frac=round(own / avail, 3),
-                   cpu_others_frac=round(max(0.0, busy - own) / avail, 3))
+                   cpu_own_frac=round(mine / avail, 3),
+                   cpu_others_frac=round(max(0.0, busy() - busy0 - mine) / avail, 3))
 
 
 def load_line(c: dict[str, Any] | None) -> str:
@@ -379,11 +340,9 @@ def load_line(c: dict[str, Any] | None) -> str:
             f"{c['cpu_own_frac']:.0%}{warn}")
 
 
-def cpu_tree(root=None) -> dict[str, float]:
-    """CPU seconds (user + system) of ``root`` (this process) and its descendants, by kind:
-    ``driver`` (root), ``jvm``, ``python workers``, ``other``."""
-    root = root or psutil.Process()
-    out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0, "other": 0.0}
+def cpu_tree() -> dict[str, float]:
+    """CPU s (user + system) of this process (driver) and its descendants, by kind."""
+    out, root = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0, "other": 0.0}, psutil.Process()
     for p in [root, *root.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
@@ -395,8 +354,7 @@ def cpu_tree(root=None) -> dict[str, float]:
 
 @contextlib.contextmanager
 def rss_peak() -> Iterator[dict[str, int]]:
-    """``{"peak": bytes}``: the peak RSS of the Python processes started below this one
-    while active (sampled every 20 ms)."""
+    """``{"peak": bytes}``: peak RSS of the Python processes started below us (20 ms samples)."""
     out, stop, me = {"peak": 0}, threading.Event(), psutil.Process()
     old = {p.pid for p in me.children(recursive=True)}
 
@@ -415,12 +373,13 @@ def rss_peak() -> Iterator[dict[str, int]]:
         thread.join()
 
 
-# --- Spark -----------------------------------------------------------------------
-
 # Spark's Python workers talk to the JVM over TCP by default, where a task's last small
 # write can wait ~40 ms for a delayed ACK; Unix domain sockets (a setting) have no such wait.
 WORKER_SOCKETS = {"tcp (Spark's default)": {},
                   "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
+SHOWN = ("master", "sql.execution.arrow.maxRecordsPerBatch", "python.worker.reuse",
+         "scheduler.mode", "sql.shuffle.partitions", "driver.memory",
+         "sql.execution.pythonUDF.arrow.enabled", "python.unix.domain.socket.enabled")
 
 
 @contextlib.contextmanager
@@ -441,10 +400,8 @@ def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     for s in (MemWalDataSource, durable_sink.DurableSource, durable_sink.NoopSource, *sources):
         spark.dataSource.register(s)
     shown = {"spark": spark.version}
-    for k in ("master", "sql.execution.arrow.maxRecordsPerBatch", "python.worker.reuse",
-              "scheduler.mode", "sql.shuffle.partitions", "driver.memory",
-              "sql.execution.pythonUDF.arrow.enabled", "python.unix.domain.socket.enabled"):
-        try:  # its value or built-in default (get(k, default) would hide the latter)
+    for k in SHOWN:  # its value or built-in default (get(k, default) would hide the latter)
+        try:
             shown[f"spark.{k}"] = spark.conf.get(f"spark.{k}")
         except Exception:  # noqa: BLE001 - a setting with no default, not set
             shown[f"spark.{k}"] = "(unset)"
@@ -467,34 +424,6 @@ def frame(spark, start: int, rows: int, parts: int = 1):
     return spark.range(start, start + rows, numPartitions=parts).selectExpr(*columns())
 
 
-def concurrent_appends(spark, writers: int, n: int, rows: int,
-                       append: Callable[[int], None]) -> dict[str, Any]:
-    """``writers`` threads, ``n`` appends of ``rows`` rows each (``append(first id)``);
-    rows/s, appends/s and latency per append, plus CPU seconds per append by process
-    (``other``: the rest of this process's tree, in practice the local S3 server)."""
-    lat, gate = [], threading.Barrier(writers)
-
-    def writer(w: int) -> None:
-        # A new JVM thread has no active session; Python sources are found through it.
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-        gate.wait()
-        for i in range(n):
-            t = time.perf_counter()
-            append((1 + w * n + i) * rows)
-            lat.append((time.perf_counter() - t) * 1e3)
-
-    cpu0, t0 = cpu_tree(), time.perf_counter()
-    with ThreadPoolExecutor(writers) as pool:
-        list(pool.map(writer, range(writers)))
-    wall, cpu1 = time.perf_counter() - t0, cpu_tree()
-    return {"seconds": wall, "rows_s": writers * n * rows / wall, "appends_s": writers * n / wall,
-            "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "lat_ms": lat,
-            **{f"cpu_s_per_append {k}": (cpu1[k] - cpu0[k]) / (writers * n)
-               for k in ("driver", "jvm", "python workers", "other")}}
-
-
-# --- output ----------------------------------------------------------------------
-
 def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
     """``<name>.json`` and, if the result has panels, ``<name>.png``."""
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -512,9 +441,8 @@ def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     panels, cols = result["panels"], min(2, len(result["panels"]))
-    height = 0.4 * max(len(p[1]) for p in panels) + 1.6
-    fig, grid = plt.subplots(-(-len(panels) // cols), cols, squeeze=False,
-                             figsize=(6.4 * cols, height * -(-len(panels) // cols) + 1.0))
+    height, nrows = 0.4 * max(len(p[1]) for p in panels) + 1.6, -(-len(panels) // cols)
+    fig, grid = plt.subplots(nrows, cols, squeeze=False, figsize=(6.4 * cols, height * nrows + 1))
     for ax in grid.flat[len(panels):]:
         ax.set_visible(False)
     for ax, (title, comp, xlabel) in zip(grid.flat, panels, strict=False):
@@ -525,8 +453,7 @@ def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
         else:
             med, lo, hi = (np.array([s[k] for s in comp.values()])
                            for k in ("median", "min", "max"))
-            ax.barh(range(len(med)), med, xerr=[np.maximum(med - lo, 0),
-                                                np.maximum(hi - med, 0)],
+            ax.barh(range(len(med)), med, xerr=[np.maximum(med - lo, 0), np.maximum(hi - med, 0)],
                     capsize=3, color=["#d62728" if n.lower().startswith(("memwal", "ours"))
                                       else "#1f77b4" for n in comp])
             ax.set_yticks(range(len(med)), [n[:48] for n in comp], fontsize=7)

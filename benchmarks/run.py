@@ -22,8 +22,8 @@ from typing import Any
 from .harness import RESULTS_DIR, Ctx, load, load_line, machine_info, machine_line, write_outputs
 
 # Run order; each is ``benchmarks/bench_<name>.py``, imported when it runs.
-SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "table_plan", "small_writes",
-             "concurrency_no_spark", "spark_concurrency", "stream_latency", "import_time",
+SCENARIOS = ("throughput", "spark_write", "read", "pk_write", "small_writes",
+             "concurrency_no_spark", "stream_latency", "import_time",
              "pk_compaction", "store_latency", "commit_history", "maintenance_soak")
 VERDICT = {True: "MET", False: "MISSED", None: "n/a"}
 
@@ -108,11 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             if "error" in r:
                 failed.append(name)
                 continue
-            table = r.get("table") or {"columns": [r.get("skipped")], "rows": []}
-            print(f"\n{name}: {r['title']} [{r['duration_s']:.0f} s]; {load_line(r['load'])}\n"
-                  + "\n".join("  " + " | ".join(map(str, row))
-                              for row in [table["columns"], *table["rows"]]) + "\n"
-                  + "\n".join("  " + t[2:].replace("**", "") for t in _targets(r)), flush=True)
+            print("\n".join([f"\n{name}: {r['title']} [{r['duration_s']:.0f} s]; "
+                             f"{load_line(r['load'])}", *_md(r["table"]), *_targets(r)]),
+                  flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nresults in {results_dir}; summary {write_summary(results_dir)}")
