@@ -100,7 +100,7 @@ def test_found_bug_stays_fixed(bug, seed):
 
 # The verdicts' defects, put back one at a time (tests/sim/defects.py): the simulator
 # finds a failing schedule within this many (seeds 0, 1, ...; the comment says where
-# it finds the first).
+# it finds the first; replay it with ``python -m tests.sim.soak --seed S --defect NAME``).
 TEETH = {
     "empty-record-is-missing": 200,  # 8: seed 102
     "first-stored-bisects": 10,  # 1, 2: seed 1 (a lone world; then 7)
