@@ -36,7 +36,7 @@ from memwal_datasource.maintenance.auto import MAINTAINER_LEASE
 from memwal_datasource.shard.leases import Holder, Leases
 from memwal_datasource.store import MemoryStore
 
-from .scheduler import PROFILES, SHAPED, Crash, Scheduler
+from .scheduler import LONER, PROFILES, SHAPED, Crash, Scheduler
 from .simstore import SimStore, released_now
 
 
@@ -248,7 +248,13 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     overwrite, gc, a stream and a reader; one fault profile. One world in three is
     a race: more committers over a longer time, gc often, more stalls (the stalls
     that put strays into freed numbers need all three); some races are pileups,
-    committers busy all along (a stray and then a lost race needs one)."""
+    committers busy all along (a stray and then a lost race needs one). A few worlds
+    (:data:`LONE_SHARE`, by a separate draw) are lone worlds (:func:`_lone`)."""
+    # A separate draw, so the other worlds are the ones these seeds always made (its
+    # constant keeps every seed of test_sim.py's REGRESSIONS and FOUND_BUGS out).
+    shape = random.Random(seed * 15485863 + 39)
+    if shape.random() < LONE_SHARE:
+        return _lone(seed, shape, known)
     cfg = random.Random(seed * 7919 + 17)
     race = cfg.random() < 0.35
     pileup = race and cfg.random() < 0.4  # ... with committers busy all along
@@ -305,4 +311,55 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     if cfg.random() < 0.4:
         reads, think = cfg.randint(1, 3), cfg.choice((0.0, 10.0, 30.0))
         sched.spawn("reader", lambda: reader(world, reads, think))
+    return world
+
+
+LONE_SHARE = 0.15  # of the worlds: lone worlds (:func:`_lone`)
+LONE_RECENT = (3, 4, 6)  # records a lone world's checkpoints remember (else RECENT, 256)
+
+
+def _lone(seed: int, cfg: random.Random, known: tuple[str, ...]) -> World:
+    """Two or three lone committers (each sees no contention: one PUT, no intent) that
+    stall inside their record PUTs (:data:`~tests.sim.scheduler.LONER`) past
+    collections, while another commits alone (never an intent) every few seconds
+    and gc runs often; checkpoints remember only a few records (as 256 do in a log
+    hundreds of records long). A lone committer's PUT fills a freed number (a stray);
+    a checkpoint still knows that number, so it deletes the stray and puts again at
+    the tip, where it may lose the race (to the committer or another lone one waking
+    on the same tick). Its intent's window must then begin at the number it lost:
+    one beginning at the stray crosses collected records the newest checkpoint no
+    longer remembers (defect "after-first-number", a spurious OutcomeUnknown)."""
+    rates = SHAPED["lone"]
+    sched = Scheduler(seed, dataclasses.replace(rates, oserror="oserror" in known,
+                                                verdict_stall="verdict-stall" in known))
+    sched.recent = cfg.choice(LONE_RECENT)
+    name = f"sim-{seed}"
+    MemoryStore.reset(name)
+    inner = MemoryStore(name)
+    world = World(seed, "lone", sched, inner, SimStore(inner, sched))
+
+    def jobs(actor: str, i: int, count: int, thinks: tuple[float, ...]):
+        return [(cfg.choice(thinks),
+                 Job(actor, f"{actor}.{k}", APPEND,
+                     [CommittedRange(f"s{i}", 1, 1000 * i + 10 * k + 1, 1000 * i + 10 * k + 5,
+                                     rows=5)], None, 0, 0.0))
+                for k in range(count)]
+
+    # Fresh logs: a log kept across jobs trusts its last listing, and after a stall
+    # between jobs its PUT may fill a number no checkpoint remembers (OutcomeUnknown,
+    # stalled past what they remember: excused only for a stall inside the job).
+    lone = cfg.randint(2, 3)
+    loner = dataclasses.replace(LONER, oserror="oserror" in known)
+    for i in range(lone):
+        actor = f"c{i}"
+        sched.spawn(actor, lambda a=actor, j=jobs(actor, i, cfg.randint(3, 5), (1.0, 5.0, 10.0)),
+                    n=cfg.choice((2, 3, 4)): committer(world, a, j, n, True, True), rates=loner)
+    actor, think = f"c{lone}", cfg.choice((3.0, 4.0, 6.0))
+    busy = jobs(actor, lone, cfg.randint(8, 16), (think,))
+    sched.spawn(actor, lambda a=actor, j=busy, n=cfg.choice((2, 3, 4)), g=cfg.random() < 0.2:
+                committer(world, a, j, n, g, True))
+    rounds: list[tuple[int, int]] = []
+    gc_think = cfg.choice((4.0, 8.0))
+    sched.spawn("gc", lambda n=int(think * len(busy) / gc_think) + 5:
+                collector(world, n, gc_think, rounds))
     return world

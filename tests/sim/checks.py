@@ -70,12 +70,17 @@ def _read_damaged(world: World, out: list[str]) -> None:
 
 
 def _truth(world: World, log: CommitLog, out: list[str]) -> dict[int, CommitRecord]:
-    """The records of the log, by number, as a fresh fold has them."""
+    """The records of the log, by number, as a fresh fold has them (a number its
+    checkpoint no longer has the digest of, in a world whose checkpoints remember few
+    records: the first body stored there, which is the record by invariant 1)."""
     state = log.state()
     truth = {}
     for seq in range(1, state.sequence + 1):
         digest = state.recent.get(seq)
         if digest is None:
+            bodies = world.store.landed.get(record_key(seq))
+            if bodies:
+                truth[seq] = CommitRecord.from_json(bodies[0], record_key(seq))
             continue
         for body in world.store.landed.get(record_key(seq), []):
             rec = CommitRecord.from_json(body, record_key(seq))
@@ -92,7 +97,11 @@ def _unknown_allowed(world: World, job: Job, known: tuple[str, ...]) -> bool:
     collection removed records after" a stall from the intent PUT to that finding.
     Unless asked for, the known bug "stale-after" is excused: an intent written
     from a stale view (its window begins at a number released or stored long
-    before), but not after a stray of its own at ``after`` (a spurious OutcomeUnknown)."""
+    before), but not after a stray of its own at ``after`` (a spurious OutcomeUnknown).
+    In a world whose checkpoints remember only a few records (a lone world), any
+    stall of the job before that finding excuses it (an owner that stalled past what
+    they remember: docs/protocol.md, invariant 5), but never a window that begins at
+    its own stray."""
     actor = next(a for a in world.sched.actors if a.name == job.actor)
     stalls = [(s, e) for s, e, _ in actor.stalls if job.start <= s <= job.end]
     text = f"{job.error} {job.error.__cause__}"
@@ -106,8 +115,11 @@ def _unknown_allowed(world: World, job: Job, known: tuple[str, ...]) -> bool:
         return True
     after = actor.marks[f"after:{job.job_id}"]
     stray = actor.marks.get(f"stray:{after}")
-    own_stray = stray is not None and job.start <= stray <= since
-    return "stale-after" not in known and not own_stray and actor.marks[f"stale:{job.job_id}"]
+    if stray is not None and job.start <= stray <= since:
+        return False  # its window begins at its own stray, not at the number it lost
+    if world.sched.recent is not None and any(s <= found for s, _ in stalls):
+        return True  # stalled past more records than the checkpoints remember (a few here)
+    return "stale-after" not in known and actor.marks[f"stale:{job.job_id}"]
 
 
 @contextlib.contextmanager
@@ -234,7 +246,15 @@ def _check_job(world: World, job: Job, truth, committed, counts, overwrite,
         if (seqs or any(shown)) and not late:
             out.append(f"{tag} answered nothing committed, but records {seqs} commit it")
     elif job.outcome == "unknown" and not _unknown_allowed(world, job, known):
-        out.append(f"{tag} answered OutcomeUnknown with neither store errors nor a stall")
+        why = "with neither store errors nor a stall"
+        if "removed commit records after" in f"{job.error} {job.error.__cause__}":
+            actor = next(a for a in world.sched.actors if a.name == job.actor)
+            after = actor.marks[f"after:{job.job_id}"]
+            own = f"stray:{after}" in actor.marks
+            why = (f"(its intent's window begins after {after}"
+                   + (", its own stray," if own else "") + " and crosses collected records) "
+                   "with no stall since its intent")
+        out.append(f"{tag} answered OutcomeUnknown {why}")
     return out
 
 

@@ -82,7 +82,12 @@ PROFILES = {
 }
 # Chosen by the world's shape (actors.build), not at random.
 SHAPED = {"race": Rates(error=0.01, lost=0.01, stall=0.04, stall_record=0.25, crash=0.001,
-                        damage=0.002, delete=0.2)}
+                        damage=0.002, delete=0.2),
+          # A lone world's busy committers and gc (its lone committer stalls more: LONER).
+          "lone": Rates(error=0.01, lost=0.01, stall=0.01, stall_record=0.02, damage=0.002,
+                        delete=0.1)}
+# A lone world's committer that stalls inside its record PUTs (past a collection).
+LONER = Rates(error=0.01, lost=0.01, stall=0.02, stall_record=0.5, delete=0.1)
 
 
 @dataclass
@@ -100,6 +105,7 @@ class Actor:
     faults: int = 0  # injected errors and lost acknowledgements it met
     marks: dict[str, float] = field(default_factory=dict)  # hook name: first time seen
     landed: bool = False  # a record PUT of its landed; its verdict may still be pending
+    rates: Rates | None = None  # its own fault profile (else the schedule's)
     thread: threading.Thread | None = None
 
 
@@ -117,12 +123,15 @@ class Scheduler:
         self.trace: list[tuple[int, str, str, str, str]] = []  # step, actor, op, key, fault
         self._finished = threading.Event()
         self.overrun = False  # more than max_steps: the checks report it
+        # Records a checkpoint remembers (commit_format.RECENT) while the schedule runs;
+        # ``None``: the real number. Fewer make an owner's window outlive the memory.
+        self.recent: int | None = None
         self._local = threading.local()
 
     # --- actors ------------------------------------------------------------------------
 
-    def spawn(self, name: str, fn: Callable[[], Any]) -> Actor:
-        actor = Actor(name, fn)
+    def spawn(self, name: str, fn: Callable[[], Any], rates: Rates | None = None) -> Actor:
+        actor = Actor(name, fn, rates=rates)
         self.actors.append(actor)
         return actor
 
@@ -153,17 +162,24 @@ class Scheduler:
         The baton passes from actor to actor: whoever parks picks the next one (itself:
         no thread switch), so one thread runs at a time and the choices are the seed's.
         """
-        for actor in self.actors:
-            actor.thread = threading.Thread(target=self._body, args=(actor,), daemon=True,
-                                            name=f"sim-{actor.name}")
-            actor.thread.start()
-        first = self._pick()
-        if first is not None:
-            first.go.release()
-            if not self._finished.wait(600):
-                raise Hang(f"seed {self.seed}: an actor waited outside the scheduler")
-        for actor in self.actors:
-            actor.thread.join(10)
+        from memwal_datasource.format import commit_format
+
+        saved = commit_format.RECENT
+        commit_format.RECENT = saved if self.recent is None else self.recent
+        try:
+            for actor in self.actors:
+                actor.thread = threading.Thread(target=self._body, args=(actor,), daemon=True,
+                                                name=f"sim-{actor.name}")
+                actor.thread.start()
+            first = self._pick()
+            if first is not None:
+                first.go.release()
+                if not self._finished.wait(600):
+                    raise Hang(f"seed {self.seed}: an actor waited outside the scheduler")
+            for actor in self.actors:
+                actor.thread.join(10)
+        finally:
+            commit_format.RECENT = saved  # the checks' fresh reader remembers as shipped
 
     def _pick(self) -> Actor | None:
         """The next actor to run (moving the clock while every live one waits)."""
@@ -215,7 +231,7 @@ class Scheduler:
             raise Crash
         actor.wake = self.now
         self._park(actor)
-        fault = self._fault(op, key)
+        fault = self._fault(op, key, actor.rates or self.rates)
         if op in ("put", "put_if_absent") and not key.startswith(COMMITS_DIR + "/0"):
             actor.landed = False  # past the verdict (a checkpoint, a hint, an intent)
         if fault == "stall" and actor.landed and not self.rates.verdict_stall:
@@ -236,8 +252,7 @@ class Scheduler:
         self.now += self.rng.uniform(0.0002, 0.004)  # the call's latency
         return fault
 
-    def _fault(self, op: str, key: str) -> str:
-        r = self.rates
+    def _fault(self, op: str, key: str, r: Rates) -> str:
         if not r.any():
             return ""
         roll = self.rng.random()
