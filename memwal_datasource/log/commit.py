@@ -200,15 +200,18 @@ class CommitLog(CommitLogReader):
                 if not fixed:
                     seq = self.next_sequence()
                 continue
+            failed: list[int] = []
             if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
-                            what=f"commit record {seq}"):
+                            what=f"commit record {seq}", failed=failed):
                 if self._verify_landed(rec):
                     return self._landed(rec)
                 if fixed:
                     raise SequenceTaken(seq)
                 seq = self.next_sequence()
                 continue  # our PUT filled a number gc had freed: commit again
+            if failed[0] and not self._lost(rec):
+                return self._landed(rec)  # our earlier attempt's record, released since
             LOST_RACES += 1
             if fixed:
                 raise SequenceTaken(seq)
@@ -244,6 +247,8 @@ class CommitLog(CommitLogReader):
                         hooks.point("commit.intent", intent_id=intent.intent_id,
                                     job_id=rec.job_id)
                     result = self._group_step(rec, intent, txn, waited)
+                except OutcomeUnknown:
+                    raise  # a verdict (a StoreError by type), not a failing store
                 except (StoreError, OSError) as exc:  # OSError: local disk (EIO, ESTALE)
                     failing = self._store_failed(exc, failing, rec.job_id)
                     continue
@@ -332,10 +337,15 @@ class CommitLog(CommitLogReader):
         if time.monotonic() - checked > COMMIT_DEADLINE_S:
             self._relist()
             return None  # stalled since the checks: check again
+        failed: list[int] = []
         if put_resolved(self.store, record_key(seq), out.to_json(), retries=self.retries,
-                        base_delay_ms=self.retry_base_delay_ms, what=f"commit record {seq}"):
+                        base_delay_ms=self.retry_base_delay_ms, what=f"commit record {seq}",
+                        failed=failed):
             if not self._verify_landed(out):
                 return None
+            self._landed(out)
+            return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
+        if failed[0] and not self._lost(out):  # our earlier attempt's, released since
             self._landed(out)
             return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
         LOST_RACES += 1
@@ -449,6 +459,33 @@ class CommitLog(CommitLogReader):
         log.warning("commit record %d filled a number garbage collection had released (up "
                     "to %d); committing again at a new number", seq, released)
         return False
+
+    def _lost(self, rec: CommitRecord) -> bool:
+        """After our PUT at ``rec.sequence``, retried after a failed attempt, met another
+        body there: whether another commit holds the number (``True``: we lost the race).
+
+        Not when the number was released since: a PUT of ours whose acknowledgement was
+        lost may have landed there and been folded, compacted and released while our
+        retry stalled, and the body we met is a stray a stalled rival put into the freed
+        number. The checkpoints' digests then decide, as for :meth:`_verify_landed`.
+        """
+        failing = None
+        while True:
+            try:
+                if rec.sequence > self.boundary(refresh=True):
+                    return True
+                ours = self._digest_verdict(rec)
+                break
+            except (StoreError, OSError) as exc:
+                failing = self._store_failed(exc, failing, rec.job_id,
+                                             f"may have stored its commit record {rec.sequence}")
+        if ours is None:
+            raise OutcomeUnknown(
+                f"look the job up by its txnAppId or in the table's history (job "
+                f"{rec.job_id}): its commit record {rec.sequence} may have landed before a "
+                f"stall so long that garbage collection released the records around it, and "
+                f"no stored checkpoint still says whose record it folded there")
+        return not ours
 
     def _digest_verdict(self, rec: CommitRecord) -> bool | None:
         """Whether the stored checkpoints folded *our* record at its number (``None``: no

@@ -262,7 +262,7 @@ def backoff_delay(failures: int, base_delay_ms: int) -> float:
 
 def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
                  base_delay_ms: int, what: str, sync: bool = True,
-                 superseded_if_gone: bool = False) -> bool:
+                 superseded_if_gone: bool = False, failed: list[int] | None = None) -> bool:
     """Put-if-absent ``data`` at ``key`` and know the outcome.
 
     Returns ``True`` when ``key`` holds ``data`` because of this call (the PUT
@@ -277,11 +277,15 @@ def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
     ``superseded_if_gone``: for keys that only a newer writer deletes (lease
     generations), a key deleted before it could be read back was superseded,
     whoever wrote it, so ``False`` (not ours to build on) instead of
-    :class:`OutcomeUnknown`.
+    :class:`OutcomeUnknown`. ``failed``, when given, gets the number of attempts that
+    failed before the answer (an attempt whose acknowledgement was lost may have landed
+    even when ``False`` is returned, if a collector freed the key since).
     """
     put = store.put_if_absent if sync else store.put_if_absent_unsynced
     failures = 0
     while True:
+        if failed is not None:
+            failed[:] = [failures]
         try:
             put(key, data)
             return True

@@ -74,6 +74,10 @@ FOUND_BUGS = {
     # group record on a fold with a stray in it, and its checkpoint later hid the
     # committed record there (31276: a job's rows lost, a refused job's rows shown).
     "fold-stray-cached": [31276],
+    # A PUT whose acknowledgement was lost landed, was folded and released while its
+    # retry stalled; the retry met a stray in the freed number, took it for a rival's
+    # record and committed again: the job's rows twice (20183).
+    "lost-ack-stray": [20183],
     # An intent written from a stale view: its window crossed released numbers and the
     # owner answered OutcomeUnknown although nothing could have committed the intent.
     "stale-after": [382],
