@@ -13,7 +13,6 @@ import gc
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -161,18 +160,14 @@ def io_trace() -> Iterator[list[tuple[str, str, float]]]:
 
 def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
                   rows: int = 5_000, **options: str) -> dict[str, Any]:
-    """Store calls and fsyncs per :func:`inproc_append` after an untimed one (``line``: in
-    one line); and what the last append touched."""
+    """Store calls and fsyncs per :func:`inproc_append` after an untimed one, by call
+    (``line``: in one line)."""
     inproc_append(uri, arrow_rows(0, rows), storage, **options)
     with io_trace() as events:
         for i in range(1, n + 1):
-            mark = len(events)
             inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
     per = {op: c / n for op, c in sorted(collections.Counter(e[0] for e in events).items())}
-    return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items()),
-            "ms_per_append": {op: sum(t for o, _k, t in events if o == op) / n for op in per},
-            "last_append": [f"{op} {re.sub('[0-9a-f-]{32,36}', '<id>', k.replace(uri, '<table>'))}"
-                            for op, k, _ms in events[mark:]]}
+    return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items())}
 
 
 def seconds(fn: Callable[[], Any]) -> float:
