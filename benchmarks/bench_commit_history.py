@@ -16,8 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memwal_datasource import MemWalTable
-from memwal_datasource.format.commit_format import key_sequence
-from memwal_datasource.log.commit import APPEND, CHECKPOINTS_DIR, CommitLog, CommittedRange, Txn
+from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, Txn
 from memwal_datasource.log.commit_reader import forget_folds
 from memwal_datasource.shard.wal import WalAppender
 from memwal_datasource.store import open_store
@@ -86,10 +85,8 @@ def _cases(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], hists) -> li
 
     def commits(name: str):
         def run(r: int) -> dict[str, Any]:
-            store = open_store(uri[name], opts)
-            ck = sum(key_sequence(k) is not None for k in store.list(CHECKPOINTS_DIR + "/"))
-            log = CommitLog(store)
-            return {**_timed(lambda: _commit(log, hists[name][1], K), K), "checkpoints": ck}
+            log = CommitLog(open_store(uri[name], opts))
+            return _timed(lambda: _commit(log, hists[name][1], K), K)
         return run
 
     cases, reader = [], {f"{op} at {n}": reads(op, n) for op in OPS for n in hists}
@@ -128,7 +125,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
          "s3": "histories built on local disk, copied", "s3_skipped": skipped},
         [*_cases(ctx, "local disk", str(root), {}, hists), *cases], "store",
         [("ms", "ms", "{:.2f}"), ("requests", "requests", "{:.2f}"),
-         ("checkpoints kept", "checkpoints", "{:.0f}"), ("ranges read", "ranges", "{:.0f}")],
+         ("ranges read", "ranges", "{:.0f}")],
         lambda c, w: [h.target(f"{w}: {what}", s, goal, at_most=True)
                       for what, (s, goal) in c["flat"].items()],
         [("ms", "ms", "ms"), ("requests", "requests", "requests")])
