@@ -291,8 +291,7 @@ def machine_info(workdir: str) -> dict[str, Any]:
             "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
             "platform": platform.platform(), "python": sys.version.split()[0],
             "pyarrow": pa.__version__, "pylance": version("pylance"),
-            "disk": {"path": str(workdir), "device": m.device, "mount": m.mountpoint,
-                     "fstype": m.fstype},
+            "disk": {"device": m.device, "fstype": m.fstype},  # the scratch dir's
             "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                                          capture_output=True, text=True).stdout.strip(),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
@@ -372,34 +371,27 @@ def rss_peak() -> Iterator[dict[str, int]]:
 # write can wait ~40 ms for a delayed ACK; Unix domain sockets (a setting) have no such wait.
 WORKER_SOCKETS = {"tcp (Spark's default)": {},
                   "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
-SHOWN = ("master", "sql.execution.arrow.maxRecordsPerBatch", "python.worker.reuse",
-         "scheduler.mode", "sql.shuffle.partitions", "driver.memory",
-         "sql.execution.pythonUDF.arrow.enabled", "python.unix.domain.socket.enabled")
 
 
 @contextlib.contextmanager
 def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     """A ``master`` SparkSession (UI off, workers on this interpreter), ``memwal``, the
-    sinks of :mod:`durable_sink` and ``sources`` registered; its settings logged."""
+    sinks of :mod:`durable_sink` and ``sources`` registered; the settings made logged."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in path:  # workers import benchmarks for its sinks
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *path])
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master(master).appName("memwal-bench").config(map={
+    made = {"spark.master": master, "spark.sql.shuffle.partitions": "2", **conf}
+    spark = SparkSession.builder.appName("memwal-bench").config(map={
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": "2", **conf}).getOrCreate()
+        **made}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     for s in (MemWalDataSource, durable_sink.DurableSource, durable_sink.NoopSource, *sources):
         spark.dataSource.register(s)
-    shown = {"spark": spark.version}
-    for k in SHOWN:  # its value or built-in default (get(k, default) would hide the latter)
-        try:
-            shown[f"spark.{k}"] = spark.conf.get(f"spark.{k}")
-        except Exception:  # noqa: BLE001 - a setting with no default, not set
-            shown[f"spark.{k}"] = "(unset)"
+    shown = {"spark": spark.version, **made}
     ctx.extra.setdefault("spark_settings", []).append(shown)
     ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
     try:
