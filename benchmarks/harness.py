@@ -238,14 +238,6 @@ def ratios(runs: Runs, ours: str, key: str, others: Sequence[str]) -> Comp:
     return {o: paired([x[key] for x in runs[ours]], [x[key] for x in runs[o]]) for o in others}
 
 
-def rows(comp: Comp, cols: Sequence[tuple[str, str]], *prefix: str,
-         vs: Sequence[Comp] = ()) -> list[list[str]]:
-    """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing),
-    and a column per ratios dict in ``vs`` (ours / each competitor; "1" for ours)."""
-    return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols),
-             *(cell(v[n], "{:.2f}") if n in v else "1" for v in vs)] for n, s in comp.items()]
-
-
 def panel(title: str, comp: Comp, key: str, unit: str) -> list:
     """A bar panel of ``key`` for every competitor that has it."""
     return [title, {n: s[key] for n, s in comp.items() if key in s}, unit]
@@ -255,19 +247,20 @@ def per_case(title: str, config: dict, cases: list[dict], head: str, cols: Cols,
              goals: Callable[[dict, str], list], plots: Cols, vs: dict[str, str] | None = None,
              **extra: Any) -> dict[str, Any]:
     """A result by case (``label``, ``competitors``): a row per case and competitor
-    (``head``, then ``cols``: header, key, format; then per ``vs`` header the case's ratios
-    at that key), ``goals(case, label)``, a panel per ``plots`` (title, key, unit) a
-    competitor has; ``extra`` added (or replacing)."""
+    (``head``, then ``cols``: header, key, format, "-" where missing; then per ``vs`` header
+    the case's ratios at that key, ours / each competitor, "1" for ours), ``goals(case,
+    label)``, a panel per ``plots`` (title, key, unit) a competitor has; ``extra`` added
+    (or replacing)."""
     vs = vs or {}
     return {"title": title, "config": config, "cases": cases,
             "targets": [t for c in cases for t in goals(c, c["label"])],
             "panels": [panel(f"{c['label']}: {t}" if t else c["label"], c["competitors"], k, u)
                        for c in cases for t, k, u in plots
                        if any(k in s for s in c["competitors"].values())],
-            "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs],
-                      "rows": [r for c in cases for r in rows(
-                          c["competitors"], [(k, f) for _h, k, f in cols], c["label"],
-                          vs=[c[k] for k in vs.values()])]}, **extra}
+            "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs], "rows": [
+                [c["label"], n, *(cell(s[k], f) if k in s else "-" for _h, k, f in cols),
+                 *(cell(c[v][n], "{:.2f}") if n in c[v] else "1" for v in vs.values())]
+                for c in cases for n, s in c["competitors"].items()]}, **extra}
 
 
 def local_case(title: str, config: dict, comp: Comp, cols: Cols, targets: list, plots: Cols,
