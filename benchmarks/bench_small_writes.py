@@ -130,8 +130,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                         1.0 if c["writers"] == MANY else 1.2, at_most=True),
                *(h.target(f"{w}: {k} / Lance append rows/s", rt[k][LANCE])
                  for k in (NOOP, DURABLE)),
-               h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs any "
-                        "sink)", rt[DURABLE][NOOP])]
+               h.target(f"{w}: durable / no-op Python sink rows/s", rt[DURABLE][NOOP])]
         return out if io is None else [
             *out, h.target(f"{w}: memwal / no-op Python sink rows/s", rt[MEMWAL][NOOP], 0.9),
             *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[MEMWAL][LANCE_SYNC], 1.0)]

@@ -99,8 +99,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         pool = c["pooled_p99_ms"]  # one ratio: its "range" is that one value
         return [*(h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch {k}",
                            c[k][FOREACH], 1.0, at_most=True) for k in ("p50", "p99")),
-                h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch p99 of every timed "
-                         "batch of every repeat together",
+                h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch p99, repeats pooled",
                          h.summarize([pool[MEMWAL] / pool[FOREACH]]))]
 
     return h.per_case(
