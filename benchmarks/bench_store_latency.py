@@ -1,13 +1,11 @@
-"""One writer's small appends on an object store whose every request takes a round trip.
+"""One writer's small appends on S3 with every request delayed 0, 10 and 25 ms.
 
-A cloud object store answers in 10-30 ms (the local S3 server in well under one), and
-then an append's latency is its round trips. Every request goes through
-``tests/fault_proxy.py`` with a fixed delay (0, 10 and 25 ms); one writer appends 5,000
-rows at a time in-process (:func:`harness.inproc_append`, defaults: each append continues
-its kept writer) vs the plain Lance append vs memwal with ``keep_writers=false`` (every
-append claims its shard anew, as a worker's first does), alternated append by append.
-p50/p99 per append, requests and sequential round trips per append (requests in flight
-together count once).
+A cloud store answers in 10-30 ms, so an append's latency is its round trips. Through
+``tests/fault_proxy.py``, one writer appends 5,000 rows at a time in-process
+(:func:`harness.inproc_append`: each append continues its kept writer) vs the Lance append
+vs ``keep_writers=false`` (each append claims its shard, as a worker's first does),
+alternated append by append: p50/p99, requests and sequential round trips (requests in
+flight together count once) per append.
 """
 
 from __future__ import annotations

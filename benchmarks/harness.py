@@ -415,11 +415,9 @@ def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
 def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
     """A panel per ``[title, {name: summary or [(x, y, ...)]}, x label]``: medians with
     min-max bars (ours red) or lines; title with the load, footer with the machine."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.switch_backend("Agg")
     panels, cols = result["panels"], min(2, len(result["panels"]))
     height, nrows = 0.4 * max(len(p[1]) for p in panels) + 1.6, -(-len(panels) // cols)
     fig, grid = plt.subplots(nrows, cols, squeeze=False, figsize=(6.4 * cols, height * nrows + 1))
