@@ -68,7 +68,7 @@ def _timed(fn, per: int = 1) -> dict[str, float]:
     """ms and store calls (fsyncs aside) per ``per`` of ``fn()``."""
     with h.io_trace() as events:
         secs = h.seconds(fn)
-    return {"ms": secs * 1e3 / per, "requests": sum(e[0] != "fsync" for e in events) / per}
+    return {"ms": secs * 1e3 / per, "requests": sum(e != "fsync" for e in events) / per}
 
 
 def _cases(ctx: h.Ctx, where: str, root: str, opts: dict[str, str], hists) -> list[dict]:

@@ -132,26 +132,25 @@ STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "h
 
 
 @contextlib.contextmanager
-def io_trace() -> Iterator[list[tuple[str, str, float]]]:
-    """``(op, key or path, ms)`` of every (outermost) ObjectStore call and ``os.fsync``."""
+def io_trace() -> Iterator[list[str]]:
+    """The name of every (outermost) ObjectStore call and every ``os.fsync`` ("fsync")."""
     events, local, lookup, fsync = [], threading.local(), ObjectStore.__getattribute__, os.fsync
 
-    def traced(op: str, fn: Callable, key: Callable) -> Callable:
+    def traced(op: str, fn: Callable) -> Callable:
         def call(*args, **kwargs):
-            depth, t = getattr(local, "depth", 0), time.perf_counter()
+            depth = getattr(local, "depth", 0)
+            if depth == 0 or op == "fsync":  # not a store call's own store calls
+                events.append(op)
             local.depth = depth + 1
             try:
                 return fn(*args, **kwargs)
             finally:
                 local.depth = depth
-                if depth == 0 or op == "fsync":  # store.op(key or keys, ...), or fsync(fd)
-                    events.append((op, key(args), (time.perf_counter() - t) * 1e3))
         return call
 
     ObjectStore.__getattribute__ = lambda store, name: (
-        traced(name, lookup(store, name), lambda a: str(*a[:1])) if name in STORE_OPS
-        else lookup(store, name))
-    os.fsync = traced("fsync", fsync, lambda a: os.readlink(f"/proc/self/fd/{a[0]}"))
+        traced(name, lookup(store, name)) if name in STORE_OPS else lookup(store, name))
+    os.fsync = traced("fsync", fsync)
     try:
         yield events
     finally:
@@ -166,7 +165,7 @@ def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
     with io_trace() as events:
         for i in range(1, n + 1):
             inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
-    per = {op: c / n for op, c in sorted(collections.Counter(e[0] for e in events).items())}
+    per = {op: c / n for op, c in sorted(collections.Counter(events).items())}
     return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items())}
 
 
