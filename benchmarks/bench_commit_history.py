@@ -1,11 +1,10 @@
 """Commit cost and a new reader's plan cost as the commit log's history grows, no Spark.
 
-Histories of N one-position records (real ``CommitLog.append``, a checkpoint every 100, a
-compaction round and a gc every 1,000), built on local disk and copied to S3 (its live
-objects, by a thread pool of puts: appending there would take tens of minutes). On each
-store: ms and store calls of K appends, and of ``committed_tail()``, ``visible()`` and
-``committed_txn()`` on fresh objects, cold (also on a log never compacted and one without
-checkpoints). Goal: flat in N (appends <= 1.2x, a new reader <= 2x).
+Histories of N one-position records (``CommitLog.append``, a checkpoint every 100, a
+compaction round and a gc every 1,000), built on local disk, their live objects copied to
+S3. On each store: ms and store calls of K appends, and of a cold ``committed_tail()``,
+``visible()`` and ``committed_txn()`` on fresh objects (also on a log never compacted and
+one without checkpoints). Goal: flat in N (appends <= 1.2x, a new reader <= 2x).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A stream soaking a primary-key table, automatic maintenance on vs off.
 
-A 1 s trigger upserts 5,000-row micro-batches (ids cycle over 50k keys, so the whole
-table stays 50k rows and only the uncompacted tail can grow) for 20 minutes (2 with
-``--quick``), ``auto_maintain`` on (the streams' default; gc retention 30 s) vs
-``false``, alternated. Every ~10 s: pending commit records, WAL objects and a
-``view=table`` read of the whole table; ``addBatch`` of every micro-batch.
+A 1 s trigger upserts 5,000-row micro-batches (ids cycle over 50k keys: only the
+uncompacted tail can grow) for 20 minutes (2 with ``--quick``), ``auto_maintain`` on (gc
+retention 30 s) vs ``false``, alternated. Every ~10 s: pending commit records, WAL
+objects, a ``view=table`` read of the whole table; ``addBatch`` of every micro-batch.
 """
 
 from __future__ import annotations

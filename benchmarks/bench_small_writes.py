@@ -3,8 +3,7 @@
 memwal (kept writers; ``keep_writers=false``) vs ``lance.write_dataset(df.toArrow(),
 mode="append")`` (on local disk also fsynced) vs the no-op Python sink vs ``durable_sink``;
 local disk and S3, TCP and Unix sockets; 16 writers: local disk, TCP. rows/s, p50/p99, CPU
-s by process, objects per append, and the store calls and fsyncs of the same append
-in-process.
+s by process, objects per append; one append's store calls and fsyncs, in-process.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 
 What any exactly-once sink must do at the least: each task puts its rows as one Arrow IPC
 object, the job's commit one record naming them, both durably (``put_if_absent``) and
-compressed exactly when memwal's WAL entries are; no lease, fence or sequence. Both run
-memwal's worker measures (``spark/worker_entry``).
+compressed as memwal's WAL entries are; no lease, fence or sequence; memwal's worker measures.
 """
 
 from __future__ import annotations
