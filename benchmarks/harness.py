@@ -157,15 +157,14 @@ def io_trace() -> Iterator[list[str]]:
         ObjectStore.__getattribute__, os.fsync = lookup, fsync
 
 
-def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
-                  rows: int = 5_000, **options: str) -> dict[str, Any]:
-    """Store calls and fsyncs per :func:`inproc_append` after an untimed one, by call
-    (``line``: in one line)."""
-    inproc_append(uri, arrow_rows(0, rows), storage, **options)
+def io_per_append(uri: str, storage: dict[str, str] | None = None, **options: str) -> dict:
+    """Store calls and fsyncs per :func:`inproc_append` of 5,000 rows (5, after an untimed
+    one), by call (``line``: in one line)."""
+    inproc_append(uri, arrow_rows(0, 5_000), storage, **options)
     with io_trace() as events:
-        for i in range(1, n + 1):
-            inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
-    per = {op: c / n for op, c in sorted(collections.Counter(events).items())}
+        for i in range(1, 6):
+            inproc_append(uri, arrow_rows(i * 5_000, 5_000), storage, **options)
+    per = {op: c / 5 for op, c in sorted(collections.Counter(events).items())}
     return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items())}
 
 
@@ -199,11 +198,10 @@ def cell(s: Summary | float, fmt: str = "{:.3g}") -> str:
 
 def target(what: str, s: Summary, goal: float | None = None, at_most: bool = False) -> dict:
     """A goal on a summary (a paired ratio or a value), met by its median; no goal: reported."""
-    value = f"{s['median']:.3g} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"
-    if goal is None:
-        return {"what": f"{what} (reported, no goal)", "value": value, "met": None}
-    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "goal": goal,
-            "met": s["median"] <= goal if at_most else s["median"] >= goal}
+    met = None if goal is None else s["median"] <= goal if at_most else s["median"] >= goal
+    return {"what": f"{what} (reported, no goal)" if goal is None else
+            f"{what} {'<=' if at_most else '>='} {goal}", "goal": goal, "met": met,
+            "value": f"{s['median']:.3g} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"}
 
 
 def alternate(ctx: Ctx, competitors: dict[str, Callable[[int], dict]], warmup: int = 1,
@@ -383,8 +381,7 @@ def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     spark.sparkContext.setLogLevel("ERROR")
     for s in (MemWalDataSource, durable_sink.DurableSource, durable_sink.NoopSource, *sources):
         spark.dataSource.register(s)
-    shown = {"spark": spark.version, **made}
-    ctx.extra.setdefault("spark_settings", []).append(shown)
+    ctx.extra.setdefault("spark_settings", []).append(shown := {"spark": spark.version, **made})
     ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
     try:
         yield spark
@@ -404,20 +401,18 @@ def frame(spark, start: int, rows: int, parts: int = 1):
 
 
 def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
-    """``<name>.json`` and, if the result has panels, ``<name>.png``."""
+    """``<name>.json`` and, if the result has panels, ``<name>.png``: a panel per ``[title,
+    {name: summary or [(x, y, ...)]}, x label]``, medians with min-max bars (ours red) or
+    lines; title with the load, footer with the machine."""
     results_dir.mkdir(parents=True, exist_ok=True)
     (path := results_dir / f"{result['name']}.json").write_text(json.dumps(
         result, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
-    return [path, *([bars_figure(result, results_dir)] if result.get("panels") else [])]
-
-
-def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
-    """A panel per ``[title, {name: summary or [(x, y, ...)]}, x label]``: medians with
-    min-max bars (ours red) or lines; title with the load, footer with the machine."""
+    if not (panels := result.get("panels")):
+        return [path]
     import matplotlib.pyplot as plt
 
     plt.switch_backend("Agg")
-    panels, cols = result["panels"], min(2, len(result["panels"]))
+    cols = min(2, len(panels))
     height, nrows = 0.4 * max(len(p[1]) for p in panels) + 1.6, -(-len(panels) // cols)
     fig, grid = plt.subplots(nrows, cols, squeeze=False, figsize=(6.4 * cols, height * nrows + 1))
     for ax in grid.flat[len(panels):]:
@@ -443,6 +438,6 @@ def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
     fig.text(0.5, 0.005, machine_line(result["machine"]), ha="center", va="bottom", fontsize=7,
              color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 0.93))
-    fig.savefig(path := results_dir / f"{result['name']}.png", dpi=100)
+    fig.savefig(png := results_dir / f"{result['name']}.png", dpi=100)
     plt.close(fig)
-    return path
+    return [path, png]
