@@ -75,22 +75,20 @@ def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 
             with ThreadPoolExecutor(writers) as pool:
                 list(pool.map(writer, range(writers)))
             wall, cpu1, after = time.perf_counter() - t0, h.cpu_tree(), objects()
-            assert count(uri) in (None, (per + 1) * ROWS), f"{count(uri)} rows visible"
+            assert (got := count(uri, storage)) in (None, (per + 1) * ROWS), f"{got} rows visible"
             return {"seconds": wall, "rows_s": per * ROWS / wall, "appends_s": per / wall,
                     "p50_ms": h.pct(lat, 50), "p99_ms": h.pct(lat, 99), "lat_ms": lat,
                     **{f"cpu_s_per_append {k}": (cpu1[k] - cpu0[k]) / per for k in CPU},
                     "objects_per_append": (after - before) / per}
         return run
 
-    lance_rows = lambda u: lance.dataset(u, storage_options=storage).count_rows()  # noqa: E731
-    memwal_rows = lambda u: h.committed_rows(u, storage)  # noqa: E731
-    comps = {MEMWAL: competitor(sink("memwal"), memwal_rows),
-             UNKEPT: competitor(sink("memwal", keep_writers="false"), memwal_rows),
+    lance_rows = lambda u, s: lance.dataset(u, storage_options=s).count_rows()  # noqa: E731
+    comps = {MEMWAL: competitor(sink("memwal"), h.committed_rows),  # count(uri, storage)
+             UNKEPT: competitor(sink("memwal", keep_writers="false"), h.committed_rows),
              LANCE: competitor(lance_append, lance_rows),
              LANCE_SYNC: competitor(lambda u: lance_append(u, True), lance_rows),
-             NOOP: competitor(sink("noop_arrow"), lambda u: None),
-             DURABLE: competitor(sink(durable_sink.NAME),
-                                 lambda u: durable_sink.committed_rows(u, storage))}
+             NOOP: competitor(sink("noop_arrow"), lambda u, s: None),
+             DURABLE: competitor(sink(durable_sink.NAME), durable_sink.committed_rows)}
     comps = {k: v for k, v in comps.items() if k in (only or comps) and not (
         storage and k == LANCE_SYNC)}
     where = ("S3" if storage else "local disk") + (f", {writers} writers" if only else "")
