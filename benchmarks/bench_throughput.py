@@ -35,8 +35,7 @@ def _groups(batches, size: int) -> list[list]:
 
 
 def _raw(root: str, encoded, mode: str) -> None:
-    shard = str(uuid.uuid4())
-    os.makedirs(os.path.join(root, "_mem_wal", shard, "wal"))
+    os.makedirs(wal := os.path.join(root, "_mem_wal", shard := str(uuid.uuid4()), "wal"))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DSYNC if mode == "dsync" else 0)
     with ThreadPoolExecutor(8) as pool:
         for i, data in enumerate(encoded, 1):
@@ -49,7 +48,7 @@ def _raw(root: str, encoded, mode: str) -> None:
             os.close(fd)
             if mode == "parallel":
                 pool.submit(h.fsync_path, path)
-    h.fsync_path(os.path.join(root, "_mem_wal", shard, "wal"))  # after the pool's fsyncs
+    h.fsync_path(wal)  # after the pool's fsyncs
 
 
 def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
