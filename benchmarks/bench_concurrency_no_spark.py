@@ -1,9 +1,8 @@
 """16 processes appending to one table without Spark, memwal vs Lance.
 
-Each worker process (imports untimed) runs at once, per round on a fresh table, what a
-Spark append runs in-process (:func:`harness.inproc_append`) or ``lance.write_dataset(
-mode="append")``. Appends/s, p50/p99, CPU s and lost commit races per append (``commit.
-LOST_RACES``); one append's store calls: ``small_writes``.
+Each process (imports untimed) runs at once, per round on a fresh table, what a Spark
+append runs (:func:`harness.inproc_append`) or ``lance.write_dataset(mode="append")``:
+appends/s, p50/p99, CPU s and lost commit races (``commit.LOST_RACES``) per append.
 """
 
 from __future__ import annotations

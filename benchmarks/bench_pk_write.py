@@ -2,8 +2,8 @@
 
 One cached DataFrame (4 partitions, every bucket in each) written to a fresh primary-key
 table as it is (tasks take turns per shard, spill) and through ``partition_for_table``
-(its shuffle timed), WAL-only and MemTable. Then, a fresh worker per task, the workers'
-peak RSS (also no primary key, and the no-op sink): goal <= 2 x 10 MiB buffers + 300 MB.
+(its shuffle timed), WAL-only and MemTable: rows/s and committed ranges. Then, WAL-only,
+a fresh worker per task: the workers' peak RSS (goal <= 2 x 10 MiB buffers + 300 MB).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from . import harness as h
 NAME = "pk_write"
 MODES = {"WAL-only": "false", "MemTable": "true"}
 ANY, PREPARED = "any DataFrame (turns + spill)", "partition_for_table"
-NO_PK, NOOP = "no primary key (Spark defaults)", "no-op DataSourceArrowWriter"
 LIMIT_MB = round((2 * 10 * h.MiB + 300 * h.MB) / h.MB)  # 2 x max_wal_buffer_size + 300 MB
 
 
@@ -27,18 +26,16 @@ def _writes(ctx: h.Ctx, spark, rows: int, modes: dict[str, str], rss: bool) -> d
     df = h.frame(spark, 0, rows, parts=4).cache()  # one cached DataFrame
     assert df.count() == rows
 
-    def timed(prepare, committed: bool = True):
+    def timed(prepare):
         def run(r: int) -> dict[str, Any]:
             path = str(ctx.scratch("pk") / "t.lance")
             write = prepare(path)  # untimed: partition_for_table creates the table
             with h.rss_peak() as peak:
                 secs = h.seconds(lambda: write.save(path))
-            out = {"rows_s": rows / secs, **({"peak_rss_mb": peak["peak"] / h.MB} if rss else {})}
-            if committed:
-                ranges = CommitLog(open_store(path)).visible()
-                assert sum(x.rows for x in ranges) == rows
-                out["ranges"] = len(ranges)
-            return out
+            ranges = CommitLog(open_store(path)).visible()
+            assert sum(x.rows for x in ranges) == rows
+            return {"rows_s": rows / secs, "ranges": len(ranges),
+                    **({"peak_rss_mb": peak["peak"] / h.MB} if rss else {})}
         return run
 
     def pk(mode: str, prepared: bool):
@@ -50,9 +47,6 @@ def _writes(ctx: h.Ctx, spark, rows: int, modes: dict[str, str], rss: bool) -> d
         return prepare
 
     comps = {f"{m}: {how}": timed(pk(m, how == PREPARED)) for m in modes for how in (ANY, PREPARED)}
-    if rss:  # the worker's peak with no key at all, and with a sink that keeps nothing
-        comps[NO_PK] = timed(lambda p: df.write.format("memwal").mode("append"))
-        comps[NOOP] = timed(lambda p: df.write.format("noop_arrow").mode("append"), False)
     return h.stats(h.alternate(ctx, comps, repeats=max(3, ctx.repeats)))
 
 
@@ -64,9 +58,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         rss = _writes(ctx, spark, rows, {"WAL-only": "false"}, True)
     rt = {m: h.paired(comp[f"{m}: {PREPARED}"]["rows_s"]["values"],
                       comp[f"{m}: {ANY}"]["rows_s"]["values"]) for m in MODES}
-    rss_rt = h.paired(rss[NO_PK]["peak_rss_mb"]["values"], rss[NOOP]["peak_rss_mb"]["values"])
-    both = {**{n: {**s, **rss.get(n, {})} for n, s in comp.items()},
-            **{n: {"peak_rss_mb": rss[n]["peak_rss_mb"]} for n in (NO_PK, NOOP)}}
+    both = {n: {**s, **rss.get(n, {})} for n, s in comp.items()}
     return h.local_case(
         f"Spark df.write of {rows:,} rows to a primary-key table: any DataFrame vs "
         "partition_for_table; the Python workers' peak RSS",
@@ -77,8 +69,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
          ("peak worker RSS MB", "peak_rss_mb", "{:.0f}")],
         [*(h.target(f"{m}: partition_for_table / any DataFrame rows/s", r) for m, r in rt.items()),
          *(h.target(f"{n}: memwal worker peak RSS MB", rss[n]["peak_rss_mb"], LIMIT_MB,
-                    at_most=True) for n in rss if n != NOOP),
-         h.target("no primary key: memwal / no-op worker peak RSS", rss_rt)], [],
+                    at_most=True) for n in rss)], [],
         competitors=comp, rss=rss, ratios=rt,
         panels=[h.panel("rows/s", comp, "rows_s", "rows/s"),
                 h.panel("peak worker RSS (WAL-only)", rss, "peak_rss_mb", "MB")])

@@ -1,10 +1,9 @@
 """Concurrent Spark writers (4, and 16) x N appends x 5,000 rows, one job each.
 
 memwal (kept writers; ``keep_writers=false``) vs ``lance.write_dataset(df.toArrow(),
-mode="append")`` (on local disk also fsynced) vs the no-op Python sink (with and without
-memwal's worker measures) vs ``durable_sink``; local disk and S3, TCP and Unix sockets;
-16 writers: local disk, TCP. rows/s, p50/p99, CPU s by process, objects and KB per
-append, and the store calls and fsyncs of the same append in-process.
+mode="append")`` (on local disk also fsynced) vs the no-op Python sink vs ``durable_sink``;
+local disk and S3, TCP and Unix sockets; 16 writers: local disk, TCP. rows/s, p50/p99, CPU
+s by process, objects per append; one append's store calls and fsyncs, in-process.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ WRITERS, MANY, ROWS, BUCKET = 4, 16, 5_000, "memwal-small"
 MEMWAL, UNKEPT = "memwal (defaults)", "memwal (keep_writers=false)"
 LANCE, LANCE_SYNC = "Lance append (toArrow + write_dataset)", "durable Lance append (+ fsync)"
 NOOP = "no-op Python sink (ceiling)"
-NOOP_PLAIN = "no-op Python sink without memwal's worker measures"
 DURABLE = "durable Python sink (ceiling of a durable sink)"
 DIRS = ("data", "_versions", "_transactions", "")
 CPU = ("driver", "jvm", "python workers", "other")  # other: in practice the local S3 server
@@ -72,29 +70,25 @@ def case(ctx: h.Ctx, spark, n: int, storage: dict[str, str] | None, warm: int = 
                     lat.append(h.seconds(lambda i=i: append((1 + w * m + i) * ROWS)) * 1e3)
 
             store, per = open_store(uri, storage or {}), writers * m
-            sizes = lambda: [store.head(key) or 0 for key in store.list("")]  # noqa: E731
-            before, cpu0, t0 = sizes(), h.cpu_tree(), time.perf_counter()
+            objects = lambda: sum(1 for _ in store.list(""))  # noqa: E731
+            before, cpu0, t0 = objects(), h.cpu_tree(), time.perf_counter()
             with ThreadPoolExecutor(writers) as pool:
                 list(pool.map(writer, range(writers)))
-            wall, cpu1, after = time.perf_counter() - t0, h.cpu_tree(), sizes()
-            assert count(uri) in (None, (per + 1) * ROWS), f"{count(uri)} rows visible"
+            wall, cpu1, after = time.perf_counter() - t0, h.cpu_tree(), objects()
+            assert (got := count(uri, storage)) in (None, (per + 1) * ROWS), f"{got} rows visible"
             return {"seconds": wall, "rows_s": per * ROWS / wall, "appends_s": per / wall,
                     "p50_ms": h.pct(lat, 50), "p99_ms": h.pct(lat, 99), "lat_ms": lat,
                     **{f"cpu_s_per_append {k}": (cpu1[k] - cpu0[k]) / per for k in CPU},
-                    "objects_per_append": (len(after) - len(before)) / per,
-                    "kb_per_append": (sum(after) - sum(before)) / per / 1e3}
+                    "objects_per_append": (after - before) / per}
         return run
 
-    lance_rows = lambda u: lance.dataset(u, storage_options=storage).count_rows()  # noqa: E731
-    memwal_rows = lambda u: h.committed_rows(u, storage)  # noqa: E731
-    comps = {MEMWAL: competitor(sink("memwal"), memwal_rows),
-             UNKEPT: competitor(sink("memwal", keep_writers="false"), memwal_rows),
+    lance_rows = lambda u, s: lance.dataset(u, storage_options=s).count_rows()  # noqa: E731
+    comps = {MEMWAL: competitor(sink("memwal"), h.committed_rows),  # count(uri, storage)
+             UNKEPT: competitor(sink("memwal", keep_writers="false"), h.committed_rows),
              LANCE: competitor(lance_append, lance_rows),
              LANCE_SYNC: competitor(lambda u: lance_append(u, True), lance_rows),
-             NOOP: competitor(sink("noop_arrow"), lambda u: None),
-             NOOP_PLAIN: competitor(sink("noop_arrow", measures="false"), lambda u: None),
-             DURABLE: competitor(sink(durable_sink.NAME),
-                                 lambda u: durable_sink.committed_rows(u, storage))}
+             NOOP: competitor(sink("noop_arrow"), lambda u, s: None),
+             DURABLE: competitor(sink(durable_sink.NAME), durable_sink.committed_rows)}
     comps = {k: v for k, v in comps.items() if k in (only or comps) and not (
         storage and k == LANCE_SYNC)}
     where = ("S3" if storage else "local disk") + (f", {writers} writers" if only else "")
@@ -133,14 +127,11 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                         1.0 if c["writers"] == MANY else 1.2, at_most=True),
                *(h.target(f"{w}: {k} / Lance append rows/s", rt[k][LANCE])
                  for k in (NOOP, DURABLE)),
-               h.target(f"{w}: durable / no-op Python sink rows/s (what durability costs any "
-                        "sink)", rt[DURABLE][NOOP])]
+               h.target(f"{w}: durable / no-op Python sink rows/s", rt[DURABLE][NOOP])]
         return out if io is None else [
             *out, h.target(f"{w}: memwal / no-op Python sink rows/s", rt[MEMWAL][NOOP], 0.9),
             *([h.target(f"{w}: memwal / durable Lance append rows/s", rt[MEMWAL][LANCE_SYNC], 1.0)]
               if LANCE_SYNC in rt else []),
-            h.target(f"{w}: no-op Python sink with / without memwal's worker measures rows/s",
-                     rt[NOOP][NOOP_PLAIN]),
             h.target(f"{w}: memwal keep_writers=false / Lance append rows/s", rt[UNKEPT][LANCE]),
             h.target(f"{w}: memwal objects written per append",
                      c["competitors"][MEMWAL]["objects_per_append"], 3, at_most=True),
@@ -157,7 +148,6 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
                          ("p99 ms", "p99_ms", "{:.0f}"),
                          *((f"{k} CPU s/append", f"cpu_s_per_append {k}", "{:.3f}")
                            for k in CPU),
-                         ("objects/append", "objects_per_append", "{:.2f}"),
-                         ("KB/append", "kb_per_append", "{:.0f}")],
+                         ("objects/append", "objects_per_append", "{:.2f}")],
         goals, [("rows/s", "rows_s", "rows/s"), ("p99 per append", "p99_ms", "ms")],
         {"memwal / it": "rows_s"})

@@ -1,13 +1,11 @@
-"""One writer's small appends on an object store whose every request takes a round trip.
+"""One writer's small appends on S3 with every request delayed 0, 10 and 25 ms.
 
-A cloud object store answers in 10-30 ms (the local S3 server in well under one), and
-then an append's latency is its round trips. Every request goes through
-``tests/fault_proxy.py`` with a fixed delay (0, 10 and 25 ms); one writer appends 5,000
-rows at a time in-process (:func:`harness.inproc_append`, defaults: each append continues
-its kept writer) vs the plain Lance append vs memwal with ``keep_writers=false`` (every
-append claims its shard anew, as a worker's first does), alternated append by append.
-p50/p99 per append, requests and sequential round trips per append (requests in flight
-together count once).
+A cloud store answers in 10-30 ms, so an append's latency is its round trips. Through
+``tests/fault_proxy.py``, one writer appends 5,000 rows at a time in-process
+(:func:`harness.inproc_append`: each append continues its kept writer) vs the Lance append
+vs ``keep_writers=false`` (each append claims its shard, as a worker's first does),
+alternated append by append: p50/p99, requests and sequential round trips (requests in
+flight together count once) per append.
 """
 
 from __future__ import annotations
@@ -21,12 +19,6 @@ NAME = "store_latency"
 ROWS, BUCKET = 5_000, "memwal-latency"
 MEMWAL, LANCE = "memwal (defaults, in-process)", "Lance append (write_dataset)"
 UNKEPT = "memwal (keep_writers=false: every append claims anew)"
-
-
-def _append(proxy, fn) -> dict[str, float]:
-    proxy.clear_records()
-    ms = h.seconds(fn) * 1e3
-    return {"ms": ms, "requests": len(proxy.records()), "round_trips": proxy.round_trips()}
 
 
 def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
@@ -54,8 +46,11 @@ def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
         for r in range(ctx.repeats):  # alternated append by append, the order rotated by r
             order, samples = list(comps)[r % 3:] + list(comps)[:r % 3], {k: [] for k in comps}
             for i in range(n):
-                for name, start in ((k, (2 + r * n + i) * ROWS) for k in order):
-                    samples[name].append(_append(proxy, lambda f=comps[name], s=start: f(s)))
+                for name in order:
+                    proxy.clear_records()
+                    ms = h.seconds(lambda f=comps[name], s=(2 + r * n + i) * ROWS: f(s)) * 1e3
+                    samples[name].append({"ms": ms, "requests": len(proxy.records()),
+                                          "round_trips": proxy.round_trips()})
             for name, ss in samples.items():
                 runs[name].append({"p50_ms": h.pct([s["ms"] for s in ss], 50),
                                    "p99_ms": h.pct([s["ms"] for s in ss], 99),
@@ -66,38 +61,31 @@ def _delay_case(ctx: h.Ctx, server, delay_ms: int, n: int) -> dict[str, Any]:
         ctx.log(f"  delay {delay_ms} ms: " + ", ".join(
             f"{k}: p50 {h.cell(h.summarize([x['p50_ms'] for x in v]), '{:.0f}')} ms"
             for k, v in runs.items()))
-    return {"delay_ms": delay_ms, "competitors": h.stats(runs),
-            "p50": h.ratios(runs, MEMWAL, "p50_ms", [LANCE]),
-            "unkept_p50": h.ratios(runs, UNKEPT, "p50_ms", [LANCE]),
-            "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE])}
+    return {"label": f"{delay_ms} ms per request", "competitors": h.stats(runs),
+            "p50": h.ratios(runs, MEMWAL, "p50_ms", [LANCE])[LANCE],
+            "p99": h.ratios(runs, MEMWAL, "p99_ms", [LANCE])[LANCE],
+            "unkept_p50": h.ratios(runs, UNKEPT, "p50_ms", [LANCE])[LANCE]}
 
 
 def run(ctx: h.Ctx) -> dict[str, Any]:
     n = ctx.pick(5, 30)
-    cases: list[dict[str, Any]] = []
     with h.s3_bucket(ctx, BUCKET) as (server, skipped):
         if server is None:
             raise RuntimeError(skipped)
-        for delay in (0, 10, 25):
-            cases.append(_delay_case(ctx, server, delay, n))
-    rows, targets, panels = [], [], []
-    for c in cases:
-        w, comp = f"{c['delay_ms']} ms per request", c["competitors"]
-        rows += h.rows(comp, [("p50_ms", "{:.0f}"), ("p99_ms", "{:.0f}"),
-                              ("requests_per_append", "{:.1f}"),
-                              ("round_trips_per_append", "{:.1f}")], w)
-        targets += [h.target(f"{w}: memwal / Lance append p50 per append", c["p50"][LANCE],
-                             1.0, at_most=True),
-                    h.target(f"{w}: memwal / Lance append p99 per append", c["p99"][LANCE]),
-                    h.target(f"{w}: memwal keep_writers=false / Lance append p50 per append",
-                             c["unkept_p50"][LANCE]),
-                    *(h.target(f"{w}: {name} sequential round trips per append",
-                               comp[name]["round_trips_per_append"]) for name in comp)]
-        panels.append(h.panel(f"{w}: p50 per append", comp, "p50_ms", "ms"))
-    return {"title": f"One writer, {n} x {ROWS:,}-row appends per repeat through a proxy "
-                     "that delays every request: memwal vs the plain Lance append",
-            "config": {"rows_per_append": ROWS, "appends_per_repeat": n,
-                       "delays_ms": [c["delay_ms"] for c in cases]},
-            "cases": cases, "targets": targets, "panels": panels,
-            "table": {"columns": ["delay", "competitor", "p50 ms", "p99 ms", "requests/append",
-                                  "round trips/append"], "rows": rows}}
+        cases = [_delay_case(ctx, server, delay, n) for delay in (0, 10, 25)]
+
+    def goals(c: dict[str, Any], w: str) -> list[dict[str, Any]]:
+        return [h.target(f"{w}: memwal / Lance append p50 per append", c["p50"], 1.0, at_most=True),
+                h.target(f"{w}: memwal / Lance append p99 per append", c["p99"]),
+                h.target(f"{w}: memwal keep_writers=false / Lance append p50", c["unkept_p50"]),
+                *(h.target(f"{w}: {name} sequential round trips per append",
+                           s["round_trips_per_append"]) for name, s in c["competitors"].items())]
+
+    return h.per_case(
+        f"One writer, {n} x {ROWS:,}-row appends per repeat through a proxy that delays every "
+        "request: memwal vs the plain Lance append",
+        {"rows_per_append": ROWS, "appends_per_repeat": n, "delays_ms": [0, 10, 25]}, cases,
+        "delay", [("p50 ms", "p50_ms", "{:.0f}"), ("p99 ms", "p99_ms", "{:.0f}"),
+                  ("requests/append", "requests_per_append", "{:.1f}"),
+                  ("round trips/append", "round_trips_per_append", "{:.1f}")],
+        goals, [("p50 per append", "p50_ms", "ms")])

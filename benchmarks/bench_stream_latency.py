@@ -19,11 +19,12 @@ MEMWAL = "memwal sink (writeStream.format('memwal'))"
 FOREACH = "foreachBatch: toArrow + lance.write_dataset(append)"
 NOOP = "no-op Python stream sink (ceiling)"
 DURABLE = "durable Python stream sink (ceiling of a durable sink)"
+SINKS = {MEMWAL: "memwal", FOREACH: "foreachBatch", NOOP: "noop_arrow", DURABLE: durable_sink.NAME}
 
 
-def _query(start, batches: int, timeout_s: float) -> dict[str, Any]:
-    """Start a query, wait for SKIP + ``batches`` non-empty batches, stop it."""
-    q, deadline, full = start(), time.monotonic() + timeout_s, []
+def _query(writer, batches: int, timeout_s: float) -> dict[str, Any]:
+    """Start ``writer``'s query, wait for SKIP + ``batches`` non-empty batches, stop it."""
+    q, deadline, full = writer.start(), time.monotonic() + timeout_s, []
     try:
         while len(full) < SKIP + batches and time.monotonic() < deadline:
             if q.awaitTermination(0.2) or q.exception() is not None:
@@ -51,31 +52,22 @@ def _case(ctx: h.Ctx, spark, trigger: str, batches: int, socket: str,
                 .option("rowsPerBatch", int(ROWS_PER_S * seconds)).option("numPartitions", 1)
                 .load().selectExpr(*h.columns("value")))
 
-    def competitor(sink):
+    def sink(fmt: str):  # a value of SINKS: a sink's format, or "foreachBatch"
         def run(r: int) -> dict[str, Any]:
             root = ctx.scratch("stream")
-            path, ck = str(root / "t.lance"), str(root / "ck")
-            start = sink(path, lambda w: w.option("checkpointLocation", ck).trigger(
-                processingTime=trigger))
-            return _query(start, batches if r >= 0 else warm, timeout)
+            path, w = str(root / "t.lance"), stream().writeStream.option(
+                "checkpointLocation", str(root / "ck")).trigger(processingTime=trigger)
+            if fmt == "foreachBatch":  # the table, untimed; a Lance append per micro-batch
+                lance.write_dataset(h.frame(spark, 0, 1).toArrow(), path)
+                w.foreachBatch(lambda df, _id: lance.write_dataset(df.toArrow(), path,
+                                                                   mode="append"))
+            elif fmt == "memwal":  # the table, untimed
+                h.frame(spark, 0, 1).write.format("memwal").mode("append").save(path)
+            w = w if fmt == "foreachBatch" else w.format(fmt).option("path", path)  # start(path)
+            return _query(w, batches if r >= 0 else warm, timeout)
         return run
 
-    def sink(fmt: str):  # memwal's, the no-op or the durable Python sink
-        def start(path, conf):
-            if fmt == "memwal":  # the table, untimed
-                h.frame(spark, 0, 1).write.format("memwal").mode("append").save(path)
-            return lambda: conf(stream().writeStream.format(fmt)).start(path)
-        return start
-
-    def foreach(path, conf):
-        lance.write_dataset(h.frame(spark, 0, 1).toArrow(), path)  # the table, untimed
-        return lambda: conf(stream().writeStream.foreachBatch(
-            lambda df, _id: lance.write_dataset(df.toArrow(), path, mode="append"))).start()
-
-    runs = h.alternate(ctx, {MEMWAL: competitor(sink("memwal")), FOREACH: competitor(foreach),
-                             NOOP: competitor(sink("noop_arrow")),
-                             DURABLE: competitor(sink(durable_sink.NAME))},
-                       label=f"{trigger}, {socket}: ")
+    runs = h.alternate(ctx, {k: sink(f) for k, f in SINKS.items()}, label=f"{trigger}, {socket}: ")
     # Every timed batch of every repeat together: a p99 of 3 x N batches, not of N.
     pooled = {k: h.pct([b for x in rs for b in x["add_batch_ms"]], 99) for k, rs in runs.items()}
     return {"label": f"{trigger}, {socket}", "competitors": h.stats(runs),
@@ -91,24 +83,22 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
         with h.spark_session(ctx, **conf) as spark:
             # One JVM for the whole run: its first case warms the JIT up with a repeat's
             # batches per competitor (with 2, memwal's p50 was 67 ms in repeat 1, 30 later).
-            first = "1 second" if not cases else None
-            cases += [_case(ctx, spark, t, batches, socket, warm=batches if t == first else 2)
-                      for t in ("1 second", "500 milliseconds")]
+            cases += [_case(ctx, spark, t, batches, socket, warm=2 if cases or t != "1 second"
+                            else batches) for t in ("1 second", "500 milliseconds")]
 
     def goals(c: dict[str, Any], t: str) -> list[dict[str, Any]]:
         pool = c["pooled_p99_ms"]  # one ratio: its "range" is that one value
         return [*(h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch {k}",
                            c[k][FOREACH], 1.0, at_most=True) for k in ("p50", "p99")),
-                h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch p99 of every timed "
-                         "batch of every repeat together",
+                h.target(f"trigger {t}: memwal / foreachBatch Lance addBatch p99, repeats pooled",
                          h.summarize([pool[MEMWAL] / pool[FOREACH]]))]
 
     return h.per_case(
         f"Streaming addBatch latency at {ROWS_PER_S:,} rows/s: memwal sink vs foreachBatch "
         "Lance append vs a no-op sink",
         {"batches_per_round": batches, "skipped_per_round": SKIP,
-         "warm_up": f"{batches} batches per competitor before the run's first case (a fresh "
-                    "JVM), 2 before the others", "source": "rate-micro-batch, numPartitions=1",
+         "warm_up": f"{batches} batches per competitor in the first case, 2 in the others",
+         "source": "rate-micro-batch, numPartitions=1",
          "measure": "recentProgress durationMs.addBatch of non-empty batches"},
         cases, "trigger", [("addBatch p50 ms", "p50_ms", "{:.0f}"),
                            ("addBatch p99 ms", "p99_ms", "{:.0f}")], goals,

@@ -1,8 +1,8 @@
-"""Core WAL-only writer vs raw durable loops of the same bytes, and pylance's writer.
+"""Core WAL-only writer vs raw durable loops of the same bytes: MB/s.
 
 Ours (``open_shard_writer``, durable at ``close()``) vs the same encoded entries written
 ``O_EXCL`` by (a) parallel fsyncs, (b) ``O_DSYNC``, (c) write+fsync per file, each then
-fsyncing the directory; and ``mem_wal_writer`` (no fsync on local disk, a MemTable).
+fsyncing the directory.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ OURS = "ours (WAL-only, durable at close)"
 RAW = {"parallel": "raw (a): parallel fsync of files, then dir",
        "dsync": "raw (b): O_DSYNC writes, then dir",
        "serial": "raw (c): write + fsync per file, then dir"}
-NATIVE = "pylance native mem_wal_writer (no fsync, MemTable)"
 
 
 def _groups(batches, size: int) -> list[list]:
@@ -36,8 +35,7 @@ def _groups(batches, size: int) -> list[list]:
 
 
 def _raw(root: str, encoded, mode: str) -> None:
-    shard = str(uuid.uuid4())
-    os.makedirs(os.path.join(root, "_mem_wal", shard, "wal"))
+    os.makedirs(wal := os.path.join(root, "_mem_wal", shard := str(uuid.uuid4()), "wal"))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DSYNC if mode == "dsync" else 0)
     with ThreadPoolExecutor(8) as pool:
         for i, data in enumerate(encoded, 1):
@@ -50,34 +48,28 @@ def _raw(root: str, encoded, mode: str) -> None:
             os.close(fd)
             if mode == "parallel":
                 pool.submit(h.fsync_path, path)
-    h.fsync_path(os.path.join(root, "_mem_wal", shard, "wal"))  # after the pool's fsyncs
+    h.fsync_path(wal)  # after the pool's fsyncs
 
 
 def _case(ctx: h.Ctx, batches, size: int) -> dict[str, Any]:
-    import lance
-
     schema, nbytes = batches[0].schema, sum(b.get_total_buffer_size() for b in batches)
     encoded = [encode_wal_buffer(schema, g, 1) for g in _groups(batches, size)]
     cfg = ShardWriterConfig(enable_memtable=False, durable_write=False, max_wal_buffer_size=size)
 
-    def timed(setup, body):
+    def timed(body):
         def run(r: int) -> dict[str, Any]:
-            arg = setup(str(ctx.scratch("tp")))
-            return {"mb_s": nbytes / h.seconds(lambda: body(arg)) / h.MB}
+            root = str(ctx.scratch("tp"))
+            return {"mb_s": nbytes / h.seconds(lambda: body(root)) / h.MB}
         return run
 
-    def put_all(w) -> None:
+    def ours(root: str) -> None:
+        w = open_shard_writer(root + "/t.lance", str(uuid.uuid4()), schema, cfg)
         for b in batches:
             w.put(b)
         w.close()
 
-    comps = {OURS: timed(lambda root: root + "/t.lance", lambda uri: put_all(
-                 open_shard_writer(uri, str(uuid.uuid4()), schema, cfg))),
-             **{name: timed(lambda root: root, lambda root, m=m: _raw(root, encoded, m))
-                for m, name in RAW.items()},
-             NATIVE: timed(lambda root: h.create_table(root + "/t.lance") or lance.dataset(
-                 root + "/t.lance"), lambda ds: put_all(ds.mem_wal_writer(
-                 str(uuid.uuid4()), durable_write=False, max_wal_buffer_size=size)))}
+    comps = {OURS: timed(ours), **{name: timed(lambda root, m=m: _raw(root, encoded, m))
+                                   for m, name in RAW.items()}}
     label = f"{batches[0].num_rows:,}-row batches, {size // h.KiB:,} KiB"
     comp = h.stats(runs := h.alternate(ctx, comps, label=f"{label}: "))
     return {"label": label, "entry_bytes": size, "entries": len(encoded), "competitors": comp,
@@ -93,7 +85,7 @@ def run(ctx: h.Ctx) -> dict[str, Any]:
     return h.per_case(
         "Core WAL-only writer vs raw durable loops of the same bytes (local disk)",
         {"bytes_per_run": total, "MB": "10^6 Arrow buffer bytes of the input",
-         "timed": "open to close (ours, native); create to dir fsync (raw)"},
+         "timed": "open to close (ours); create to dir fsync (raw)"},
         cases, "case", [("MB/s", "mb_s", "{:.0f}")], lambda c, w: [
             h.target(f"{w}: ours / raw serial fsync loop MB/s", c["ratios"][RAW["serial"]], 0.9),
             h.target(f"{w}: ours / fastest raw loop ({c['fastest_raw'][:7]}) MB/s",

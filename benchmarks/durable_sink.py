@@ -3,8 +3,7 @@
 
 What any exactly-once sink must do at the least: each task puts its rows as one Arrow IPC
 object, the job's commit one record naming them, both durably (``put_if_absent``) and
-compressed exactly when memwal's WAL entries are; no lease, fence or sequence. Both run
-memwal's worker measures (``spark/worker_entry``), off with option ``measures=false``.
+compressed as memwal's WAL entries are; no lease, fence or sequence; memwal's worker measures.
 """
 
 from __future__ import annotations
@@ -35,15 +34,12 @@ class DurableWriter(sds.DataSourceArrowWriter, sds.DataSourceStreamArrowWriter):
     """One durable object per task, one durable record per job or micro-batch (named by its
     batch id: put once per batch); or nothing (``durable``)."""
 
-    def __init__(self, path: str, storage: dict[str, str], durable: bool, measures: bool):
-        self.path, self.storage, self.job = path, storage, uuid.uuid4().hex
-        self.durable, self.measures = durable, measures
+    def __init__(self, path: str, storage: dict[str, str], durable: bool):
+        self.path, self.storage, self.durable, self.job = path, storage, durable, uuid.uuid4().hex
 
+    @entry_point
     def write(self, iterator) -> PutObject:
-        return entry_point(self._write)(prompted(iterator)) if self.measures else self._write(
-            iterator)
-
-    def _write(self, iterator) -> PutObject:
+        iterator = prompted(iterator)
         if not self.durable:
             return PutObject("", sum(b.num_rows for b in iterator))
         from pyspark import TaskContext
@@ -60,11 +56,9 @@ class DurableWriter(sds.DataSourceArrowWriter, sds.DataSourceStreamArrowWriter):
         store.put_if_absent(key, sink.getvalue())
         return PutObject(key, sum(b.num_rows for b in batches))
 
+    @entry_point
     def commit(self, messages, batchId=None) -> None:  # noqa: N803 - Spark's name
         name = self.job if batchId is None else f"batch-{batchId:020d}"
-        (entry_point(self._commit) if self.measures else self._commit)(messages, name)
-
-    def _commit(self, messages, name: str) -> None:
         done = [m for m in messages if m is not None]
         if self.durable:
             open_store(self.path, self.storage).put_if_absent(
@@ -77,18 +71,17 @@ class DurableWriter(sds.DataSourceArrowWriter, sds.DataSourceStreamArrowWriter):
 
 
 class DurableSource(sds.DataSource):
-    """Options: ``path`` and ``storage.*`` (as memwal takes them), ``measures``."""
+    """Options: ``path`` and ``storage.*`` (as memwal takes them)."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
+    @entry_point
     def writer(self, schema, overwrite: bool) -> DurableWriter:
-        opts = {k.lower(): v for k, v in dict(self.options).items()}
-        durable, measures = self.name() == NAME, opts.get("measures") != "false"
-        make = lambda: DurableWriter(table_path(opts) if durable else "",  # noqa: E731
-                                     storage_options(opts), durable, measures)  # as memwal's
-        return entry_point(make)() if measures else make()
+        opts, durable = {k.lower(): v for k, v in dict(self.options).items()}, self.name() == NAME
+        return DurableWriter(table_path(opts) if durable else "", storage_options(opts),
+                             durable)  # the path and storage options as memwal's
 
     streamWriter = writer  # noqa: N815 - Spark's name
 

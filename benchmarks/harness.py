@@ -13,7 +13,6 @@ import gc
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -133,46 +132,40 @@ STORE_OPS = ("put_if_absent", "put_if_absent_unsynced", "sync", "put", "get", "h
 
 
 @contextlib.contextmanager
-def io_trace() -> Iterator[list[tuple[str, str, float]]]:
-    """``(op, key or path, ms)`` of every (outermost) ObjectStore call and ``os.fsync``."""
+def io_trace() -> Iterator[list[str]]:
+    """The name of every (outermost) ObjectStore call and every ``os.fsync`` ("fsync")."""
     events, local, lookup, fsync = [], threading.local(), ObjectStore.__getattribute__, os.fsync
 
-    def traced(op: str, fn: Callable, key: Callable) -> Callable:
+    def traced(op: str, fn: Callable) -> Callable:
         def call(*args, **kwargs):
-            depth, t = getattr(local, "depth", 0), time.perf_counter()
+            depth = getattr(local, "depth", 0)
+            if depth == 0 or op == "fsync":  # not a store call's own store calls
+                events.append(op)
             local.depth = depth + 1
             try:
                 return fn(*args, **kwargs)
             finally:
                 local.depth = depth
-                if depth == 0 or op == "fsync":  # store.op(key or keys, ...), or fsync(fd)
-                    events.append((op, key(args), (time.perf_counter() - t) * 1e3))
         return call
 
     ObjectStore.__getattribute__ = lambda store, name: (
-        traced(name, lookup(store, name), lambda a: str(*a[:1])) if name in STORE_OPS
-        else lookup(store, name))
-    os.fsync = traced("fsync", fsync, lambda a: os.readlink(f"/proc/self/fd/{a[0]}"))
+        traced(name, lookup(store, name)) if name in STORE_OPS else lookup(store, name))
+    os.fsync = traced("fsync", fsync)
     try:
         yield events
     finally:
         ObjectStore.__getattribute__, os.fsync = lookup, fsync
 
 
-def io_per_append(uri: str, storage: dict[str, str] | None = None, n: int = 5,
-                  rows: int = 5_000, **options: str) -> dict[str, Any]:
-    """Store calls and fsyncs per :func:`inproc_append` after an untimed one (``line``: in
-    one line); and what the last append touched."""
-    inproc_append(uri, arrow_rows(0, rows), storage, **options)
+def io_per_append(uri: str, storage: dict[str, str] | None = None, **options: str) -> dict:
+    """Store calls and fsyncs per :func:`inproc_append` of 5,000 rows (5, after an untimed
+    one), by call (``line``: in one line)."""
+    inproc_append(uri, arrow_rows(0, 5_000), storage, **options)
     with io_trace() as events:
-        for i in range(1, n + 1):
-            mark = len(events)
-            inproc_append(uri, arrow_rows(i * rows, rows), storage, **options)
-    per = {op: c / n for op, c in sorted(collections.Counter(e[0] for e in events).items())}
-    return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items()),
-            "ms_per_append": {op: sum(t for o, _k, t in events if o == op) / n for op in per},
-            "last_append": [f"{op} {re.sub('[0-9a-f-]{32,36}', '<id>', k.replace(uri, '<table>'))}"
-                            for op, k, _ms in events[mark:]]}
+        for i in range(1, 6):
+            inproc_append(uri, arrow_rows(i * 5_000, 5_000), storage, **options)
+    per = {op: c / 5 for op, c in sorted(collections.Counter(events).items())}
+    return {"per_append": per, "line": ", ".join(f"{op} {v:.1f}" for op, v in per.items())}
 
 
 def seconds(fn: Callable[[], Any]) -> float:
@@ -205,11 +198,10 @@ def cell(s: Summary | float, fmt: str = "{:.3g}") -> str:
 
 def target(what: str, s: Summary, goal: float | None = None, at_most: bool = False) -> dict:
     """A goal on a summary (a paired ratio or a value), met by its median; no goal: reported."""
-    value = f"{s['median']:.3g} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"
-    if goal is None:
-        return {"what": f"{what} (reported, no goal)", "value": value, "met": None}
-    return {"what": f"{what} {'<=' if at_most else '>='} {goal}", "value": value, "goal": goal,
-            "met": s["median"] <= goal if at_most else s["median"] >= goal}
+    met = None if goal is None else s["median"] <= goal if at_most else s["median"] >= goal
+    return {"what": f"{what} (reported, no goal)" if goal is None else
+            f"{what} {'<=' if at_most else '>='} {goal}", "goal": goal, "met": met,
+            "value": f"{s['median']:.3g} (range {s['min']:.3g}..{s['max']:.3g}, {s['n']} repeats)"}
 
 
 def alternate(ctx: Ctx, competitors: dict[str, Callable[[int], dict]], warmup: int = 1,
@@ -243,14 +235,6 @@ def ratios(runs: Runs, ours: str, key: str, others: Sequence[str]) -> Comp:
     return {o: paired([x[key] for x in runs[ours]], [x[key] for x in runs[o]]) for o in others}
 
 
-def rows(comp: Comp, cols: Sequence[tuple[str, str]], *prefix: str,
-         vs: Sequence[Comp] = ()) -> list[list[str]]:
-    """Table rows ``[*prefix, competitor, cell(key, fmt)...]`` ("-" where a key is missing),
-    and a column per ratios dict in ``vs`` (ours / each competitor; "1" for ours)."""
-    return [[*prefix, n, *(cell(s[k], f) if k in s else "-" for k, f in cols),
-             *(cell(v[n], "{:.2f}") if n in v else "1" for v in vs)] for n, s in comp.items()]
-
-
 def panel(title: str, comp: Comp, key: str, unit: str) -> list:
     """A bar panel of ``key`` for every competitor that has it."""
     return [title, {n: s[key] for n, s in comp.items() if key in s}, unit]
@@ -260,19 +244,20 @@ def per_case(title: str, config: dict, cases: list[dict], head: str, cols: Cols,
              goals: Callable[[dict, str], list], plots: Cols, vs: dict[str, str] | None = None,
              **extra: Any) -> dict[str, Any]:
     """A result by case (``label``, ``competitors``): a row per case and competitor
-    (``head``, then ``cols``: header, key, format; then per ``vs`` header the case's ratios
-    at that key), ``goals(case, label)``, a panel per ``plots`` (title, key, unit) a
-    competitor has; ``extra`` added (or replacing)."""
+    (``head``, then ``cols``: header, key, format, "-" where missing; then per ``vs`` header
+    the case's ratios at that key, ours / each competitor, "1" for ours), ``goals(case,
+    label)``, a panel per ``plots`` (title, key, unit) a competitor has; ``extra`` added
+    (or replacing)."""
     vs = vs or {}
     return {"title": title, "config": config, "cases": cases,
             "targets": [t for c in cases for t in goals(c, c["label"])],
             "panels": [panel(f"{c['label']}: {t}" if t else c["label"], c["competitors"], k, u)
                        for c in cases for t, k, u in plots
                        if any(k in s for s in c["competitors"].values())],
-            "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs],
-                      "rows": [r for c in cases for r in rows(
-                          c["competitors"], [(k, f) for _h, k, f in cols], c["label"],
-                          vs=[c[k] for k in vs.values()])]}, **extra}
+            "table": {"columns": [head, "competitor", *(c[0] for c in cols), *vs], "rows": [
+                [c["label"], n, *(cell(s[k], f) if k in s else "-" for _h, k, f in cols),
+                 *(cell(c[v][n], "{:.2f}") if n in c[v] else "1" for v in vs.values())]
+                for c in cases for n, s in c["competitors"].items()]}, **extra}
 
 
 def local_case(title: str, config: dict, comp: Comp, cols: Cols, targets: list, plots: Cols,
@@ -296,8 +281,7 @@ def machine_info(workdir: str) -> dict[str, Any]:
             "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
             "platform": platform.platform(), "python": sys.version.split()[0],
             "pyarrow": pa.__version__, "pylance": version("pylance"),
-            "disk": {"path": str(workdir), "device": m.device, "mount": m.mountpoint,
-                     "fstype": m.fstype},
+            "disk": {"device": m.device, "fstype": m.fstype},  # the scratch dir's
             "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                                          capture_output=True, text=True).stdout.strip(),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
@@ -377,35 +361,27 @@ def rss_peak() -> Iterator[dict[str, int]]:
 # write can wait ~40 ms for a delayed ACK; Unix domain sockets (a setting) have no such wait.
 WORKER_SOCKETS = {"tcp (Spark's default)": {},
                   "unix socket": {"spark.python.unix.domain.socket.enabled": "true"}}
-SHOWN = ("master", "sql.execution.arrow.maxRecordsPerBatch", "python.worker.reuse",
-         "scheduler.mode", "sql.shuffle.partitions", "driver.memory",
-         "sql.execution.pythonUDF.arrow.enabled", "python.unix.domain.socket.enabled")
 
 
 @contextlib.contextmanager
 def spark_session(ctx: Ctx, *sources, master: str = "local[2]", **conf: str):
     """A ``master`` SparkSession (UI off, workers on this interpreter), ``memwal``, the
-    sinks of :mod:`durable_sink` and ``sources`` registered; its settings logged."""
+    sinks of :mod:`durable_sink` and ``sources`` registered; the settings made logged."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO_ROOT) not in path:  # workers import benchmarks for its sinks
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *path])
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master(master).appName("memwal-bench").config(map={
+    made = {"spark.master": master, "spark.sql.shuffle.partitions": "2", **conf}
+    spark = SparkSession.builder.appName("memwal-bench").config(map={
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": "2", **conf}).getOrCreate()
+        **made}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     for s in (MemWalDataSource, durable_sink.DurableSource, durable_sink.NoopSource, *sources):
         spark.dataSource.register(s)
-    shown = {"spark": spark.version}
-    for k in SHOWN:  # its value or built-in default (get(k, default) would hide the latter)
-        try:
-            shown[f"spark.{k}"] = spark.conf.get(f"spark.{k}")
-        except Exception:  # noqa: BLE001 - a setting with no default, not set
-            shown[f"spark.{k}"] = "(unset)"
-    ctx.extra.setdefault("spark_settings", []).append(shown)
+    ctx.extra.setdefault("spark_settings", []).append(shown := {"spark": spark.version, **made})
     ctx.log("  spark: " + ", ".join(f"{k.replace('spark.', '')}={v}" for k, v in shown.items()))
     try:
         yield spark
@@ -425,22 +401,18 @@ def frame(spark, start: int, rows: int, parts: int = 1):
 
 
 def write_outputs(result: dict[str, Any], results_dir: Path) -> list[Path]:
-    """``<name>.json`` and, if the result has panels, ``<name>.png``."""
+    """``<name>.json`` and, if the result has panels, ``<name>.png``: a panel per ``[title,
+    {name: summary or [(x, y, ...)]}, x label]``, medians with min-max bars (ours red) or
+    lines; title with the load, footer with the machine."""
     results_dir.mkdir(parents=True, exist_ok=True)
     (path := results_dir / f"{result['name']}.json").write_text(json.dumps(
         result, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
-    return [path, *([bars_figure(result, results_dir)] if result.get("panels") else [])]
-
-
-def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
-    """A panel per ``[title, {name: summary or [(x, y, ...)]}, x label]``: medians with
-    min-max bars (ours red) or lines; title with the load, footer with the machine."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    if not (panels := result.get("panels")):
+        return [path]
     import matplotlib.pyplot as plt
 
-    panels, cols = result["panels"], min(2, len(result["panels"]))
+    plt.switch_backend("Agg")
+    cols = min(2, len(panels))
     height, nrows = 0.4 * max(len(p[1]) for p in panels) + 1.6, -(-len(panels) // cols)
     fig, grid = plt.subplots(nrows, cols, squeeze=False, figsize=(6.4 * cols, height * nrows + 1))
     for ax in grid.flat[len(panels):]:
@@ -466,6 +438,6 @@ def bars_figure(result: dict[str, Any], results_dir: Path) -> Path:
     fig.text(0.5, 0.005, machine_line(result["machine"]), ha="center", va="bottom", fontsize=7,
              color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 0.93))
-    fig.savefig(path := results_dir / f"{result['name']}.png", dpi=100)
+    fig.savefig(png := results_dir / f"{result['name']}.png", dpi=100)
     plt.close(fig)
-    return path
+    return [path, png]
