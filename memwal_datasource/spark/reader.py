@@ -145,12 +145,13 @@ def _segments(opts: ReadOptions, store, tail: list[CommittedRange] | None
               ) -> dict[str, list[Segment]]:
     """Each shard's ranges to read: committed ranges of ``tail`` (read_committed) or
     the whole WAL (``None``: read_uncommitted), cut to the position options."""
-    by_shard: dict[str, list[Segment]] = {}
+    by_shard: dict[str, list] = {}
     if tail is not None:
         for r in tail:
             if r.last >= r.first:
-                by_shard.setdefault(r.shard_id, []).append(
-                    Segment(r.epoch, r.first, r.last, r.bytes or None))
+                by_shard.setdefault(r.shard_id, []).append((r.epoch, r.first, r.last, r.bytes))
+        # A kept writer's one-entry commits are one span: joined before anything else.
+        by_shard = {shard: merged(rs) for shard, rs in by_shard.items()}
     else:
         for shard in list_shards(store):
             if opts.shards is None or shard in opts.shards:
@@ -233,7 +234,7 @@ def read_slices(opts: ReadOptions, table_schema: pa.Schema, slices: Iterable[Sli
     table = TableView(opts.path, opts.storage)
     expr = arrow_filter(preds)
     for tb in tail_batches(table, list(slices), wanted, lambda: field_ids(table.dataset()),
-                           threads=opts.read_threads):
+                           threads=opts.read_threads, whose=opts.metadata_columns):
         *cols, tomb = tb.rows.columns
         if opts.metadata_columns:
             cols += [*_metadata(tb.runs), tomb]
@@ -294,7 +295,7 @@ def plan_table(opts: ReadOptions) -> list[InputPartition]:
         parts.append(MergedTail(version, ordered))
     else:
         parts += [TailSlices(tuple(g), version) for g in tail_groups(opts, segs, target)]
-    return parts
+    return parts or [TailSlices((), version)]  # Spark wants at least one
 
 
 def read_table_part(opts: ReadOptions, part: BaseFragments | MergedTail | TailSlices,

@@ -34,7 +34,16 @@ from itertools import islice
 import pyarrow as pa
 
 from ..errors import MissingEntryError
-from ..format.memwal import TOMBSTONE, FieldId, WalEntry, entry_columns, has_field_ids, wal_key
+from ..format.memwal import (
+    TOMBSTONE,
+    FieldId,
+    WalEntry,
+    decode_wal_entry,
+    entry_columns,
+    has_field_ids,
+    wal_key,
+)
+from .entry_decode import Decoder, split
 
 # (writer epoch, first, last): positions first..last whose entries of that epoch count;
 # epoch None: every entry of the range counts (a raw, read_uncommitted read).
@@ -103,18 +112,21 @@ def clip(segments: Iterable[Segment], first: int | None, last: int | None) -> li
     return out
 
 
-def merged(segments: Iterable[Segment]) -> list[Segment]:
-    """By first position, a range that continues the one before with the same epoch
-    joined to it (a shard written by one kept writer, a commit per entry)."""
-    out: list[Segment] = []
-    for s in sorted(segments, key=lambda s: (s.first, s.last)):
+def merged(ranges: Iterable[Segment | tuple]) -> list[Segment]:
+    """Segments by first position, a range that continues the one before with the same
+    epoch joined to it (a shard written by one kept writer, a commit per entry).
+    ``ranges`` are segments or ``(epoch, first, last, bytes)`` tuples (0 bytes: unknown)."""
+    rows = sorted(((r.epoch, r.first, r.last, r.nbytes) if isinstance(r, Segment) else r
+                   for r in ranges), key=lambda r: (r[1], r[2]))
+    out: list[list] = []
+    for e, a, b, nbytes in rows:
         p = out[-1] if out else None
-        if p is not None and p.epoch == s.epoch and p.last + 1 == s.first:
-            nbytes = None if p.nbytes is None or s.nbytes is None else p.nbytes + s.nbytes
-            out[-1] = Segment(p.epoch, p.first, s.last, nbytes)
+        if p is not None and p[0] == e and p[2] + 1 == a:
+            p[2] = b
+            p[3] = None if p[3] is None or not nbytes else p[3] + nbytes
         else:
-            out.append(s)
-    return out
+            out.append([e, a, b, nbytes or None])
+    return [Segment(*r) for r in out]
 
 
 def plan_slices(shards: Mapping[str, Sequence[Segment]], *, target: int) -> list[list[Slice]]:
@@ -187,50 +199,50 @@ def _positions(spans: Sequence[Span]) -> Iterator[tuple[int, frozenset | int | N
         yield pos, (None if None in epochs else frozenset(epochs)), first[pos]
 
 
-def _counts(epochs, entry: WalEntry) -> bool:
-    if entry.is_sentinel:
+def _counts(epochs, epoch: int, sentinel: bool) -> bool:
+    if sentinel:
         return False
     if epochs is None:
         return True
-    return entry.writer_epoch in epochs if isinstance(epochs, frozenset) \
-        else entry.writer_epoch == epochs
+    return epoch in epochs if isinstance(epochs, frozenset) else epoch == epochs
 
 
-def visible_entries(view, slices: Sequence[Slice], *, threads: int = READ_THREADS,
-                    prefetch_bytes: int = PREFETCH_BYTES
-                    ) -> Iterator[tuple[str, int, WalEntry]]:
-    """``(shard, position, entry)`` of every entry of ``slices`` that counts, in order.
-
-    ``view`` is a :class:`~.view.TableView`. Entries are fetched by ``threads``
-    threads in runs of consecutive positions, at most ``prefetch_bytes`` (by the
-    slices' estimate) ahead of the consumer; a missing entry raises as
-    :meth:`TableView.entries` does.
-    """
+def _fetched(view, slices: Sequence[Slice], threads: int, prefetch_bytes: int
+             ) -> Iterator[tuple[str, int, object, str, bytes]]:
+    """``(shard, position, epochs that count, where, bytes)`` of every position of
+    ``slices``, in order, fetched by ``threads`` threads in runs of consecutive
+    positions at most ``prefetch_bytes`` (by the slices' estimate) ahead. A missing
+    entry raises as :meth:`TableView.entries` does."""
     entries = sum(s.entries for s in slices)
     each = max(1.0, sum(s.nbytes for s in slices) / max(1, entries))
     window = max(2, min(MAX_PREFETCH_ENTRIES, int(prefetch_bytes // each)))
-    tailers = {s.shard_id: view.tailer(s.shard_id) for s in slices}
+    store = view.store
     todo = ((s.shard_id, pos, epochs, span) for s in slices
             for pos, epochs, span in _positions(s.spans))
 
     def fetch(run: list) -> list:
-        return [(item, tailers[item[0]].read(item[1])) for item in run]
+        out = []
+        for item in run:
+            try:
+                out.append((item, store.get(wal_key(item[0], item[1]))))
+            except FileNotFoundError:
+                out.append((item, None))
+        return out
 
-    def visible(done: list) -> Iterator[tuple[str, int, WalEntry]]:
-        for (shard, pos, epochs, span), entry in done:
-            if entry is None:
-                where = view.store.describe(wal_key(shard, pos))
+    def checked(done: list) -> Iterator[tuple[str, int, object, str, bytes]]:
+        for (shard, pos, epochs, span), data in done:
+            where = f"shard {shard} position {pos} ({store.describe(wal_key(shard, pos))})"
+            if data is None:
                 exc = MissingEntryError(
-                    f"WAL entry shard {shard} position {pos} ({where}) is missing, inside the "
-                    f"range {span[1]}..{span[2]} being read (deleted by hand, or by a garbage "
-                    "collection this reader started before); nothing was returned past it")
+                    f"WAL entry {where} is missing, inside the range {span[1]}..{span[2]} "
+                    "being read (deleted by hand, or by a garbage collection this reader "
+                    "started before); nothing was returned past it")
                 raise view.missing_entry(exc, shard, span[1], span[2])
-            if _counts(epochs, entry):
-                yield shard, pos, entry
+            yield shard, pos, epochs, where, data
 
     if threads <= 1 or entries <= 2:
         for item in todo:
-            yield from visible(fetch([item]))
+            yield from checked(fetch([item]))
         return
     # Runs of a few entries per request to the pool: small entries cost little each.
     run_len = max(1, window // (2 * threads))
@@ -241,11 +253,60 @@ def visible_entries(view, slices: Sequence[Slice], *, threads: int = READ_THREAD
         for run in runs:
             pending.append(pool.submit(fetch, run))
             if len(pending) * run_len >= window:
-                yield from visible(pending.popleft().result())
+                yield from checked(pending.popleft().result())
         while pending:
-            yield from visible(pending.popleft().result())
+            yield from checked(pending.popleft().result())
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def visible_entries(view, slices: Sequence[Slice], *, threads: int = READ_THREADS,
+                    prefetch_bytes: int = PREFETCH_BYTES
+                    ) -> Iterator[tuple[str, int, WalEntry]]:
+    """``(shard, position, entry)`` of every entry of ``slices`` that counts, in order,
+    each decoded on its own. ``view`` is a :class:`~.view.TableView`."""
+    for shard, pos, epochs, where, data in _fetched(view, slices, threads, prefetch_bytes):
+        entry = decode_wal_entry(data, where)
+        if _counts(epochs, entry.writer_epoch, entry.is_sentinel):
+            yield shard, pos, entry
+
+
+def _decoded(view, slices: Sequence[Slice], threads: int, run_bytes: int
+             ) -> Iterator[tuple[list[pa.RecordBatch], tuple[str, int, int] | None]]:
+    """The batches of the entries of ``slices`` that count, in order: runs of entries
+    with one schema message decoded together (:mod:`.entry_decode`), ``None`` as whose."""
+    decoder = Decoder()
+    head: bytes | None = None
+    bodies: list = []
+    datas: list = []
+    size = 0
+
+    def run() -> list[pa.RecordBatch]:
+        nonlocal head, bodies, datas, size
+        out = decoder.run(head, bodies, datas)
+        head, bodies, datas, size = None, [], [], 0
+        return out
+
+    for _shard, _pos, epochs, where, data in _fetched(view, slices, threads, PREFETCH_BYTES):
+        parts = split(data)
+        h = decoder.head(parts[0], where) if parts is not None else None
+        if h is None or not h.shared:
+            if head is not None:
+                yield run(), None
+            entry = decode_wal_entry(data, where)
+            if _counts(epochs, entry.writer_epoch, entry.is_sentinel):
+                yield entry.batches, None
+            continue
+        if not _counts(epochs, h.epoch, h.sentinel):
+            continue
+        if head is not None and (parts[0] != head or size >= run_bytes):
+            yield run(), None
+        head = parts[0]
+        bodies.append(parts[1])
+        datas.append((where, data))
+        size += len(parts[1])
+    if head is not None:
+        yield run(), None
 
 
 # --- coalescing --------------------------------------------------------------------------
@@ -253,7 +314,8 @@ def visible_entries(view, slices: Sequence[Slice], *, threads: int = READ_THREAD
 @dataclass
 class TailBatch:
     """Rows of consecutive entries: ``rows`` has the wanted columns then ``_tombstone``;
-    ``runs`` says whose they are, ``(shard, position, epoch, rows)`` per entry batch."""
+    ``runs`` says whose they are, ``(shard, position, epoch, rows)`` per entry batch
+    (only when asked for: :func:`tail_batches`)."""
 
     rows: pa.RecordBatch
     runs: list[tuple[str, int, int, int]]
@@ -262,11 +324,12 @@ class TailBatch:
 def tail_batches(view, slices: Sequence[Slice], wanted: pa.Schema,
                  ids: Callable[[], Mapping[str, FieldId] | None], *,
                  threads: int = READ_THREADS, target_rows: int = TARGET_ROWS,
-                 target_bytes: int = TARGET_BYTES) -> Iterator[TailBatch]:
+                 target_bytes: int = TARGET_BYTES, whose: bool = False) -> Iterator[TailBatch]:
     """The rows of ``slices``' visible entries, coalesced: consecutive batches with one
     schema are concatenated up to about ``target_rows`` rows or ``target_bytes``, then
     matched to ``wanted`` (by field id where entries carry ids: ``ids()`` gives the
-    table's, asked once) in one step per coalesced batch."""
+    table's, asked once) in one step per coalesced batch. ``whose``: fill each
+    batch's ``runs`` (entries are then decoded one by one)."""
     out_schema = wanted.append(pa.field(TOMBSTONE, pa.bool_(), nullable=False))
     table_ids: list = []  # [ids] once asked
     group: list[pa.RecordBatch] = []
@@ -274,32 +337,42 @@ def tail_batches(view, slices: Sequence[Slice], wanted: pa.Schema,
     key: pa.Schema | None = None
     rows = nbytes = 0
 
-    def flush() -> TailBatch:
+    def flush() -> Iterator[TailBatch]:
         nonlocal group, runs, rows, nbytes
         batch = group[0] if len(group) == 1 else pa.concat_batches(group)
         if not table_ids and has_field_ids(batch):
             table_ids.append(ids())
         cols = entry_columns(batch, wanted, table_ids[0] if table_ids else None)
-        out = TailBatch(pa.RecordBatch.from_arrays(cols, schema=out_schema), runs)
+        out = pa.RecordBatch.from_arrays(cols, schema=out_schema)
+        if whose or out.num_rows <= target_rows * 2:
+            yield TailBatch(out, runs)
+        else:  # a run decoded together: Spark-sized batches of it (slices, no copy)
+            for at in range(0, out.num_rows, target_rows):
+                yield TailBatch(out.slice(at, target_rows), [])
         group, runs, rows, nbytes = [], [], 0, 0
-        return out
 
-    for shard, pos, entry in visible_entries(view, slices, threads=threads):
-        for batch in entry.batches:
+    if whose:
+        units = ((entry.batches, (shard, pos, entry.writer_epoch)) for shard, pos, entry
+                 in visible_entries(view, slices, threads=threads))
+    else:
+        units = _decoded(view, slices, threads, target_bytes)
+    for batches, who in units:
+        for batch in batches:
             if not batch.num_rows:
                 continue
-            fields = batch.schema.remove_metadata()
+            fields = batch.schema.remove_metadata()  # entries' epochs differ, fields need not
             if group and not fields.equals(key, check_metadata=True):
-                yield flush()
+                yield from flush()
             key = fields
             group.append(batch)
-            runs.append((shard, pos, entry.writer_epoch, batch.num_rows))
+            if who is not None:
+                runs.append((*who, batch.num_rows))
             rows += batch.num_rows
             nbytes += batch.get_total_buffer_size()
             if rows >= target_rows or nbytes >= target_bytes:
-                yield flush()
+                yield from flush()
     if group:
-        yield flush()
+        yield from flush()
 
 
 def commit_order_slices(ranges: Iterable) -> list[Slice]:

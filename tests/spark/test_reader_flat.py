@@ -172,3 +172,11 @@ def test_pushdown_goes_to_lance_and_the_rest_stays_with_spark(tmp_path, monkeypa
     got = [row for p in r.partitions() for b in r.read(p) for row in b.to_pylist()]
     assert got == [{"id": 7, "v": "e1-7"}]
     assert seen and all(p == r.filters for p in seen)
+
+
+def test_an_empty_table_reads_no_rows_in_either_view(spark, tmp_path):
+    for key in ((), ["id"]):
+        uri = str(tmp_path / f"t{len(key)}.lance")
+        create_table(uri, SCHEMA, primary_key=key)
+        for view in ("tail", "table"):
+            assert spark.read.format("memwal").option("view", view).load(uri).count() == 0

@@ -209,12 +209,44 @@ def test_small_entries_coalesce_into_bounded_batches(table):
     view = TableView(uri, opts)
     slices = commit_order_slices(ranges)
     assert len(slices) == 1  # one kept writer, a commit per entry: one span
-    got = list(tail_batches(view, slices, SCHEMA, lambda: field_ids(view.dataset()),
-                            target_rows=30))
-    assert [t.rows.num_rows for t in got] == [30] * 10
+    for whose in (False, True):  # entries decoded in runs, or one by one (whose rows)
+        got = list(tail_batches(view, slices, SCHEMA, lambda: field_ids(view.dataset()),
+                                target_rows=30, whose=whose))
+        assert [t.rows.num_rows for t in got] == [30] * 10
+        ids = [i for t in got for i in t.rows.column("id").to_pylist()]
+        assert ids == list(range(300))
     assert [r[1] for t in got for r in t.runs] == list(range(1, 101))
-    ids = [i for t in got for i in t.rows.column("id").to_pylist()]
-    assert ids == list(range(300))
+    assert {r[3] for t in got for r in t.runs} == {3}
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_runs_decoded_together_skip_sentinels_other_epochs_and_name_a_damaged_entry(
+        table, threads):
+    from memwal_datasource.errors import CorruptEntryError
+
+    uri, opts = table
+    store = open_store(uri, opts)
+    shard = str(uuid.uuid4())
+    for epoch_rows in (range(0, 5), range(5, 40)):
+        app = WalAppender.open(store, shard)  # from epoch 2 on, a sentinel first
+        for i in epoch_rows:
+            app.append(SCHEMA, [pa.record_batch([pa.array([i, -i], pa.int64()),
+                                                 pa.array(["a", None])], schema=SCHEMA)])
+    view = TableView(uri, opts)
+
+    def ids(spans):
+        got = tail_batches(view, [Slice(shard, spans, 0)], SCHEMA, lambda: None,
+                           threads=threads, target_rows=16)
+        return [i for t in got for i in t.rows.column("id").to_pylist()]
+
+    assert ids(((2, 1, 41),)) == [x for i in range(5, 40) for x in (i, -i)]
+    assert ids(((None, 1, 41),)) == [x for i in range(40) for x in (i, -i)]
+    assert ids(((1, 1, 5), (2, 20, 22))) == [x for i in (*range(5), 18, 19, 20)
+                                             for x in (i, -i)]
+    key = wal_key(shard, 30)
+    store.put(key, store.get(key)[:-20])  # cut short: no end-of-stream marker
+    with pytest.raises(CorruptEntryError, match="position 30"):
+        ids(((2, 7, 41),))
 
 
 def test_entries_of_two_schemas_are_not_concatenated(table):
