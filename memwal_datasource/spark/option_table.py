@@ -166,9 +166,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("min_partitions", "int >= 1", "", (READ,),
            "spread a batch read over about this many partitions, fewer if it is small (unset: "
            "twice the driver's cores); small entries and shards share partitions"),
-    Option("read_threads", "int >= 1", str(READ_THREADS), READS,
-           "WAL entries a task fetches at once, in order, a bounded window ahead (raise it "
-           "for a distant object store)"),
+    Option("read_threads", "int >= 1", "", READS,
+           "WAL entries a task fetches at once, in order, a bounded window ahead (unset: "
+           f"{READ_THREADS} on an object store; local disk reads one at a time, faster than a "
+           "thread hand-off)"),
     Option("starting_commit", "earliest|latest|sequence|time", "earliest", (STREAM_READ,),
            "where a new query starts: a commit sequence number, or an ISO-8601 time"),
     Option("starting_timestamp", "epoch ms|ISO-8601", "", (STREAM_READ,),

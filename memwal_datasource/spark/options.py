@@ -22,7 +22,7 @@ from ..maintenance.thresholds import Thresholds
 from ..options import normalize, redact
 from ..shard.leases import DEFAULT_TTL_S
 from ..table.sharding import Sharding, ShardingRequest
-from ..table.tail_scan import MAX_PARTITION_BYTES, READ_THREADS
+from ..table.tail_scan import MAX_PARTITION_BYTES
 from ..write.native import check_native_config
 from .connect import resolve_local
 from .option_table import (
@@ -383,7 +383,7 @@ class ReadOptions:
     split_by_entries: bool = False
     max_bytes_per_partition: int = MAX_PARTITION_BYTES
     min_partitions: int | None = None  # None: twice the planner's cores
-    read_threads: int = READ_THREADS
+    read_threads: int | None = None  # None: READ_THREADS on object stores, 1 on local disk
 
     @property
     def committed(self) -> bool:
@@ -431,5 +431,5 @@ class ReadOptions:
             max_bytes_per_partition=(_positive_int(opts, "max_bytes_per_partition")
                                      or MAX_PARTITION_BYTES),
             min_partitions=_positive_int(opts, "min_partitions"),
-            read_threads=_positive_int(opts, "read_threads") or READ_THREADS,
+            read_threads=_positive_int(opts, "read_threads"),
         )

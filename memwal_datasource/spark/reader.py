@@ -2,14 +2,15 @@
 ``option("view", "table")`` (the whole table).
 
 **The tail** is planned by bytes, not entries (:mod:`memwal_datasource.table.tail_scan`):
-each shard's committed ranges (commit records carry their rows and bytes) are cut
-into slices of about equal size, and slices are packed into about
-``min_partitions`` tasks, so many small entries are a few partitions and a long
-shard is split over every core. A task fetches its entries with a few threads
-(a bounded window ahead, in position order) and concatenates small batches
-before yielding them. ``max_entries_per_partition``, when set, splits a shard's
-positions into partitions of that many entries instead. Sentinels are skipped;
-in ``read_committed`` only entries listed by commit records are read.
+the shards' committed ranges (commit records carry their rows and bytes) are cut
+at entry bounds into about ``min_partitions`` tasks of about equal size, so many
+small entries are a few partitions and a long shard is split over every core.
+A task fetches its entries in position order a bounded window ahead (with a few
+threads on an object store), decodes a writer's consecutive entries as one
+Arrow stream and yields Spark-sized batches. ``max_entries_per_partition``, when
+set, splits a shard's positions into partitions of that many entries instead.
+Sentinels are skipped; in ``read_committed`` only the positions commit records
+list are read, and only their epoch's entries count.
 
 **The whole table** (``view=table``) is planned from one snapshot (a base
 version and the committed tail above it), so every row is read exactly once:
@@ -239,7 +240,7 @@ def read_slices(opts: ReadOptions, table_schema: pa.Schema, slices: Iterable[Sli
         if opts.metadata_columns:
             cols += [*_metadata(tb.runs), tomb]
         out = cast_columns(cols, schema)
-        if not opts.metadata_columns:
+        if not opts.metadata_columns and pc.any(tomb).as_py():
             # Deletes are markers, not rows; with metadata columns they are shown.
             out = out.filter(pc.invert(tomb))
         out = apply(out, expr)
@@ -288,12 +289,11 @@ def plan_table(opts: ReadOptions) -> list[InputPartition]:
                               min_partitions(opts), opts.max_bytes_per_partition,
                               MIN_PARTITION_BYTES)
     ordered = tuple(commit_order_slices(snap.tail)) if pk else ()
-    parts: list[InputPartition] = []
+    # With a key the tail is one task, the longest: first, and its worker keeps its keys.
+    parts: list[InputPartition] = [MergedTail(version, ordered)] if pk else []
     if base:
         parts += [BaseFragments(version, ids, ordered) for ids in fragment_groups(ds, target)]
-    if pk:
-        parts.append(MergedTail(version, ordered))
-    else:
+    if not pk:
         parts += [TailSlices(tuple(g), version) for g in tail_groups(opts, segs, target)]
     return parts or [TailSlices((), version)]  # Spark wants at least one
 

@@ -19,7 +19,7 @@ columns (whose messages a run could not share) is decoded entry by entry.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -67,21 +67,23 @@ class Decoder:
     def __init__(self) -> None:
         self.heads: dict[bytes, Head] = {}
 
-    def head(self, head: bytes, where: str) -> Head:
-        """The schema message ``head`` decoded (cached), as an entry of no batches."""
+    def head(self, head: bytes, where: str | Callable[[], str]) -> Head:
+        """The schema message ``head`` decoded (cached), as an entry of no batches;
+        ``where`` names the entry for errors (or makes the name)."""
         got = self.heads.get(head)
         if got is None:
-            e = decode_wal_entry(head + IPC_EOS, where)
+            e = decode_wal_entry(head + IPC_EOS, where() if callable(where) else where)
             shared = not any(_has_dictionary(f.type) for f in e.schema)
             got = self.heads[head] = Head(e.schema, e.writer_epoch, e.is_sentinel, shared)
         return got
 
     @staticmethod
-    def run(head: bytes, bodies: Sequence[memoryview], entries: Sequence[tuple[str, object]]
-            ) -> list[pa.RecordBatch]:
+    def run(head: bytes, bodies: Sequence[memoryview],
+            entries: Sequence[tuple[Callable[[], str], object]]) -> list[pa.RecordBatch]:
         """The batches of consecutive entries sharing schema message ``head`` (their batch
-        messages ``bodies``), in order; ``entries`` are their ``(where, data)``, decoded
-        one by one when the run does not parse whole (a damaged entry raises)."""
+        messages ``bodies``), in order; ``entries`` are their ``(where, data)`` (``where()``
+        names one for errors), decoded one by one when the run does not parse whole (a
+        damaged entry raises)."""
         stream = pa.py_buffer(b"".join([head, *bodies, IPC_EOS]))
         source = pa.BufferReader(stream)
         try:
@@ -90,4 +92,4 @@ class Decoder:
                 return batches
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError):
             pass
-        return [b for where, data in entries for b in decode_wal_entry(data, where).batches]
+        return [b for where, data in entries for b in decode_wal_entry(data, where()).batches]

@@ -78,11 +78,15 @@ def tail_keys(table: TableView, version: int, tail: Sequence[Slice], schema: pa.
     with _KEYS_LOCK:
         hit = _KEYS.get(key)
         if hit is None:
-            rows = tail_table(table, tail, schema, _ids_of(table))
-            hit = rows.select(list(pk)).group_by(list(pk), use_threads=False).aggregate([])
-            _KEYS.clear()  # one read at a time is kept
-            _KEYS[key] = hit
+            hit = _remember_keys(key, tail_table(table, tail, schema, _ids_of(table)), pk)
     return hit
+
+
+def _remember_keys(key: tuple, rows: pa.Table, pk: Sequence[str]) -> pa.Table:
+    keys = rows.select(list(pk)).group_by(list(pk), use_threads=False).aggregate([])
+    _KEYS.clear()  # one read at a time is kept
+    _KEYS[key] = keys
+    return keys
 
 
 class _KeyFilter:
@@ -132,6 +136,8 @@ def read_merged_tail(table: TableView, version: int, tail: Sequence[Slice],
     pk = primary_key_of(ds.schema)
     rows = tail_table(table, tail, schema, _ids_of(table))
     if pk:
+        with _KEYS_LOCK:  # base pieces this worker reads next need these keys
+            _remember_keys((table.uri, version, tuple(tail), tuple(pk)), rows, pk)
         rows = last_per_key(rows, pk)
     live = rows.filter(pc.invert(rows.column(TOMBSTONE))).drop_columns([TOMBSTONE])
     yield from apply(live, arrow_filter(preds)).to_batches(max_chunksize=SCAN_BATCH_ROWS)

@@ -10,9 +10,10 @@ module keeps the first small next to the second:
   however many shards hold them, and a long shard is cut so every core has
   work. Planning walks the committed ranges once (a kept writer's consecutive
   one-entry commits are one span), with no request per entry.
-* :func:`visible_entries` fetches the entries of a group with a few threads,
-  at most a bounded window ahead (by estimated bytes), and hands them on in
-  position order. Only the positions a committed range lists are fetched:
+* :func:`visible_entries` fetches the entries of a group with a few threads
+  on an object store (inline on local disk, where a read costs less than a
+  thread hand-off), at most a bounded window ahead (by estimated bytes), and
+  hands them on in position order. Only the positions a committed range lists are fetched:
   never a sentinel or another attempt's entry between them.
 * :func:`tail_batches` concatenates consecutive small batches of one schema
   into batches of about :data:`TARGET_ROWS` rows before any per-batch work.
@@ -29,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from itertools import islice
 
 import pyarrow as pa
@@ -58,7 +60,7 @@ MIN_PARTITION_BYTES = 4 * 1024 * 1024
 # Defaults: a partition's bytes at most (Spark's maxPartitionBytes), fetch threads
 # per task, the bytes fetched ahead of the reader, and the size of a yielded batch.
 MAX_PARTITION_BYTES = 128 * 1024 * 1024
-READ_THREADS = 4
+READ_THREADS = 8  # on an object store; local disk and memory read inline
 PREFETCH_BYTES = 32 * 1024 * 1024
 MAX_PREFETCH_ENTRIES = 64
 TARGET_ROWS = 64 * 1024
@@ -207,38 +209,46 @@ def _counts(epochs, epoch: int, sentinel: bool) -> bool:
     return epoch in epochs if isinstance(epochs, frozenset) else epoch == epochs
 
 
-def _fetched(view, slices: Sequence[Slice], threads: int, prefetch_bytes: int
+def _where(store, shard: str, pos: int, key: str) -> str:
+    """An entry as errors name it (as :class:`~..shard.wal.WalTailer` does)."""
+    return f"shard {shard} position {pos} ({store.describe(key)})"
+
+
+def _fetched(view, slices: Sequence[Slice], threads: int | None, prefetch_bytes: int
              ) -> Iterator[tuple[str, int, object, str, bytes]]:
-    """``(shard, position, epochs that count, where, bytes)`` of every position of
-    ``slices``, in order, fetched by ``threads`` threads in runs of consecutive
+    """``(shard, position, epochs that count, key, bytes)`` of every position of
+    ``slices``, in order, fetched by ``threads`` threads (``None``: :data:`READ_THREADS`
+    on an object store, the caller's own on local disk) in runs of consecutive
     positions at most ``prefetch_bytes`` (by the slices' estimate) ahead. A missing
     entry raises as :meth:`TableView.entries` does."""
     entries = sum(s.entries for s in slices)
     each = max(1.0, sum(s.nbytes for s in slices) / max(1, entries))
     window = max(2, min(MAX_PREFETCH_ENTRIES, int(prefetch_bytes // each)))
     store = view.store
+    if threads is None:
+        threads = READ_THREADS if store.remote else 1
     todo = ((s.shard_id, pos, epochs, span) for s in slices
             for pos, epochs, span in _positions(s.spans))
 
     def fetch(run: list) -> list:
         out = []
         for item in run:
+            key = wal_key(item[0], item[1])
             try:
-                out.append((item, store.get(wal_key(item[0], item[1]))))
+                out.append((item, key, store.get(key)))
             except FileNotFoundError:
-                out.append((item, None))
+                out.append((item, key, None))
         return out
 
     def checked(done: list) -> Iterator[tuple[str, int, object, str, bytes]]:
-        for (shard, pos, epochs, span), data in done:
-            where = f"shard {shard} position {pos} ({store.describe(wal_key(shard, pos))})"
+        for (shard, pos, epochs, span), key, data in done:
             if data is None:
                 exc = MissingEntryError(
-                    f"WAL entry {where} is missing, inside the range {span[1]}..{span[2]} "
-                    "being read (deleted by hand, or by a garbage collection this reader "
-                    "started before); nothing was returned past it")
+                    f"WAL entry {_where(store, shard, pos, key)} is missing, inside the range "
+                    f"{span[1]}..{span[2]} being read (deleted by hand, or by a garbage "
+                    "collection this reader started before); nothing was returned past it")
                 raise view.missing_entry(exc, shard, span[1], span[2])
-            yield shard, pos, epochs, where, data
+            yield shard, pos, epochs, key, data
 
     if threads <= 1 or entries <= 2:
         for item in todo:
@@ -260,18 +270,18 @@ def _fetched(view, slices: Sequence[Slice], threads: int, prefetch_bytes: int
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def visible_entries(view, slices: Sequence[Slice], *, threads: int = READ_THREADS,
+def visible_entries(view, slices: Sequence[Slice], *, threads: int | None = None,
                     prefetch_bytes: int = PREFETCH_BYTES
                     ) -> Iterator[tuple[str, int, WalEntry]]:
     """``(shard, position, entry)`` of every entry of ``slices`` that counts, in order,
     each decoded on its own. ``view`` is a :class:`~.view.TableView`."""
-    for shard, pos, epochs, where, data in _fetched(view, slices, threads, prefetch_bytes):
-        entry = decode_wal_entry(data, where)
+    for shard, pos, epochs, key, data in _fetched(view, slices, threads, prefetch_bytes):
+        entry = decode_wal_entry(data, _where(view.store, shard, pos, key))
         if _counts(epochs, entry.writer_epoch, entry.is_sentinel):
             yield shard, pos, entry
 
 
-def _decoded(view, slices: Sequence[Slice], threads: int, run_bytes: int
+def _decoded(view, slices: Sequence[Slice], threads: int | None, run_bytes: int
              ) -> Iterator[tuple[list[pa.RecordBatch], tuple[str, int, int] | None]]:
     """The batches of the entries of ``slices`` that count, in order: runs of entries
     with one schema message decoded together (:mod:`.entry_decode`), ``None`` as whose."""
@@ -287,13 +297,14 @@ def _decoded(view, slices: Sequence[Slice], threads: int, run_bytes: int
         head, bodies, datas, size = None, [], [], 0
         return out
 
-    for _shard, _pos, epochs, where, data in _fetched(view, slices, threads, PREFETCH_BYTES):
+    for shard, pos, epochs, key, data in _fetched(view, slices, threads, PREFETCH_BYTES):
         parts = split(data)
+        where = partial(_where, view.store, shard, pos, key)  # for errors only
         h = decoder.head(parts[0], where) if parts is not None else None
         if h is None or not h.shared:
             if head is not None:
                 yield run(), None
-            entry = decode_wal_entry(data, where)
+            entry = decode_wal_entry(data, where())
             if _counts(epochs, entry.writer_epoch, entry.is_sentinel):
                 yield entry.batches, None
             continue
@@ -323,7 +334,7 @@ class TailBatch:
 
 def tail_batches(view, slices: Sequence[Slice], wanted: pa.Schema,
                  ids: Callable[[], Mapping[str, FieldId] | None], *,
-                 threads: int = READ_THREADS, target_rows: int = TARGET_ROWS,
+                 threads: int | None = None, target_rows: int = TARGET_ROWS,
                  target_bytes: int = TARGET_BYTES, whose: bool = False) -> Iterator[TailBatch]:
     """The rows of ``slices``' visible entries, coalesced: consecutive batches with one
     schema are concatenated up to about ``target_rows`` rows or ``target_bytes``, then
@@ -394,7 +405,7 @@ def commit_order_slices(ranges: Iterable) -> list[Slice]:
 
 def tail_table(view, slices: Sequence[Slice], schema: pa.Schema,
                ids: Callable[[], Mapping[str, FieldId] | None], *,
-               threads: int = READ_THREADS) -> pa.Table:
+               threads: int | None = None) -> pa.Table:
     """What :meth:`TableView.range_rows` returns for the committed ranges ``slices`` came
     from (:func:`commit_order_slices`): their rows in order, with ``_tombstone``;
     fetched concurrently and coalesced."""
