@@ -62,6 +62,7 @@ from ..table.predicate import Pred, apply, arrow_filter
 from ..table.table_scan import (
     base_bytes,
     fragment_groups,
+    index_answers,
     partition_target,
     read_base,
     read_merged_tail,
@@ -276,8 +277,9 @@ class MergedTail(InputPartition):
     tail: tuple[Slice, ...]
 
 
-def plan_table(opts: ReadOptions) -> list[InputPartition]:
-    """Partitions of the whole-table view, all from one snapshot (so exactly once)."""
+def plan_table(opts: ReadOptions, preds: tuple[Pred, ...] = ()) -> list[InputPartition]:
+    """Partitions of the whole-table view, all from one snapshot (so exactly once).
+    ``preds`` (pushed filters) that an index answers read the base in one task."""
     table = TableView(opts.path, opts.storage)
     snap: TableSnapshot = table.snapshot()
     version = snap.base_version or 0
@@ -290,9 +292,13 @@ def plan_table(opts: ReadOptions) -> list[InputPartition]:
                               MIN_PARTITION_BYTES)
     ordered = tuple(commit_order_slices(snap.tail)) if pk else ()
     # With a key the tail is one task, the longest: first, and its worker keeps its keys.
-    parts: list[InputPartition] = [MergedTail(version, ordered)] if pk else []
+    parts: list[InputPartition] = [MergedTail(version, ordered)] if pk and ordered else []
     if base:
-        parts += [BaseFragments(version, ids, ordered) for ids in fragment_groups(ds, target)]
+        if preds and index_answers(ds, preds):  # a point lookup: no task finds nothing
+            groups = [tuple(f.fragment_id for f in ds.get_fragments())]
+        else:
+            groups = fragment_groups(ds, target)
+        parts += [BaseFragments(version, ids, ordered) for ids in groups if ids]
     if not pk:
         parts += [TailSlices(tuple(g), version) for g in tail_groups(opts, segs, target)]
     return parts or [TailSlices((), version)]  # Spark wants at least one
@@ -379,7 +385,7 @@ class MemWalBatchReader(DataSourceReader):
     @entry_point
     def partitions(self) -> list[InputPartition]:
         if self.opts.view == "table":
-            return plan_table(self.opts)
+            return plan_table(self.opts, self.filters)
         groups = _plan_tail(self.opts, open_store(self.opts.path, self.opts.storage))
         return [TailSlices(tuple(g)) for g in groups] or [TailSlices(())]  # at least one
 

@@ -48,6 +48,19 @@ def fragment_groups(ds, target: int) -> list[tuple[int, ...]]:
     return [tuple(g) for g in groups]
 
 
+def index_answers(ds, preds: Sequence[Pred]) -> bool:
+    """Whether a scalar index of ``ds`` answers ``preds``: an equality or ``IN`` on an
+    indexed column (a point lookup: few rows, one task reads them best)."""
+    cols = {p.column for p in preds if p.op in ("eq", "in") and not p.negated}
+    if not cols:
+        return False
+    try:
+        indexed = {d.field_names[0] for d in ds.describe_indices() if len(d.field_names) == 1}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(cols & indexed)
+
+
 def base_bytes(ds) -> int:
     """Bytes of the dataset's data files (from its manifest: no request per file)."""
     return sum(f.file_size_bytes or 0 for frag in ds.get_fragments() for f in frag.metadata.files)
