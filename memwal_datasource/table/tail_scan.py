@@ -26,6 +26,7 @@ read), sentinels never.
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,7 @@ from ..format.memwal import (
     has_field_ids,
     wal_key,
 )
+from ..store.local import LocalStore
 from .entry_decode import Decoder, split
 
 # (writer epoch, first, last): positions first..last whose entries of that epoch count;
@@ -209,6 +211,29 @@ def _counts(epochs, epoch: int, sentinel: bool) -> bool:
     return epoch in epochs if isinstance(epochs, frozenset) else epoch == epochs
 
 
+def _local_get(store) -> Callable[[str], bytes] | None:
+    """For local disk, :meth:`LocalStore.get` as two system calls: its buffered Python
+    file costs 26 us an entry against 9 us, a third of a small entry's read."""
+    if type(store) is not LocalStore:  # a wrapped store keeps its own get
+        return None
+    root = store.root + os.sep
+
+    def get(key: str) -> bytes:
+        fd = os.open(root + key.replace("/", os.sep), os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size)
+            while len(data) < size:  # a read returns at most 2 GiB at a time
+                more = os.read(fd, size - len(data))
+                if not more:
+                    break
+                data += more
+            return data
+        finally:
+            os.close(fd)
+    return get
+
+
 def _where(store, shard: str, pos: int, key: str) -> str:
     """An entry as errors name it (as :class:`~..shard.wal.WalTailer` does)."""
     return f"shard {shard} position {pos} ({store.describe(key)})"
@@ -230,12 +255,14 @@ def _fetched(view, slices: Sequence[Slice], threads: int | None, prefetch_bytes:
     todo = ((s.shard_id, pos, epochs, span) for s in slices
             for pos, epochs, span in _positions(s.spans))
 
+    get = _local_get(store) or store.get
+
     def fetch(run: list) -> list:
         out = []
         for item in run:
             key = wal_key(item[0], item[1])
             try:
-                out.append((item, key, store.get(key)))
+                out.append((item, key, get(key)))
             except FileNotFoundError:
                 out.append((item, key, None))
         return out
@@ -290,6 +317,7 @@ def _decoded(view, slices: Sequence[Slice], threads: int | None, run_bytes: int
     bodies: list = []
     datas: list = []
     size = 0
+    last, h = None, None  # the last schema message seen, decoded
 
     def run() -> list[pa.RecordBatch]:
         nonlocal head, bodies, datas, size
@@ -300,7 +328,10 @@ def _decoded(view, slices: Sequence[Slice], threads: int | None, run_bytes: int
     for shard, pos, epochs, key, data in _fetched(view, slices, threads, PREFETCH_BYTES):
         parts = split(data)
         where = partial(_where, view.store, shard, pos, key)  # for errors only
-        h = decoder.head(parts[0], where) if parts is not None else None
+        if parts is None:
+            last = h = None
+        elif parts[0] != last:  # a new schema message (a compare costs less than a hash)
+            last, h = parts[0], decoder.head(parts[0], where)
         if h is None or not h.shared:
             if head is not None:
                 yield run(), None
@@ -368,13 +399,16 @@ def tail_batches(view, slices: Sequence[Slice], wanted: pa.Schema,
     else:
         units = _decoded(view, slices, threads, target_bytes)
     for batches, who in units:
+        if not batches:
+            continue
+        # A unit is one IPC stream: one schema. Entries' epochs differ, fields need not.
+        fields = batches[0].schema.remove_metadata()
+        if group and not fields.equals(key, check_metadata=True):
+            yield from flush()
+        key = fields
         for batch in batches:
             if not batch.num_rows:
                 continue
-            fields = batch.schema.remove_metadata()  # entries' epochs differ, fields need not
-            if group and not fields.equals(key, check_metadata=True):
-                yield from flush()
-            key = fields
             group.append(batch)
             if who is not None:
                 runs.append((*who, batch.num_rows))
