@@ -31,7 +31,7 @@ Spark. With the setting off, Spark keeps every filter and reads work as before.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +52,7 @@ from pyspark.sql.datasource import (
     Not,
 )
 
+from ..format.memwal import FieldId
 from ..format.table_schema import ROW_KEY, data_schema, primary_key_of
 from ..log.commit import CommittedRange
 from ..shard.manifest import list_shards
@@ -228,14 +229,18 @@ def _metadata(runs: list[tuple[str, int, int, int]]) -> list[pa.Array]:
 
 
 def read_slices(opts: ReadOptions, table_schema: pa.Schema, slices: Iterable[Slice],
-                preds: tuple[Pred, ...] = ()) -> Iterator[pa.RecordBatch]:
+                preds: tuple[Pred, ...] = (), ids: Mapping[str, FieldId] | None = None
+                ) -> Iterator[pa.RecordBatch]:
     """Rows of the tail ``slices``, coalesced, deletes dropped (shown with metadata
-    columns), ``preds`` applied."""
+    columns), ``preds`` applied. Entries' columns are found by the field ids ``ids``
+    (the table's when the read was planned; unset: the table's now)."""
     schema = output_schema(table_schema, opts.metadata_columns)
     wanted = pa.schema([f for f in table_schema if f.name != TOMBSTONE])
     table = TableView(opts.path, opts.storage)
     expr = arrow_filter(preds)
-    for tb in tail_batches(table, list(slices), wanted, lambda: field_ids(table.dataset()),
+    for tb in tail_batches(table, list(slices), wanted,
+                           (lambda: ids) if ids is not None else
+                           (lambda: field_ids(table.dataset())),
                            threads=opts.read_threads, whose=opts.metadata_columns):
         *cols, tomb = tb.rows.columns
         if opts.metadata_columns:
@@ -250,10 +255,11 @@ def read_slices(opts: ReadOptions, table_schema: pa.Schema, slices: Iterable[Sli
 
 
 def read_partition(opts: ReadOptions, table_schema: pa.Schema, part: WalRange | TailSlices,
-                   preds: tuple[Pred, ...] = ()) -> Iterator[pa.RecordBatch]:
+                   preds: tuple[Pred, ...] = (), ids: Mapping[str, FieldId] | None = None
+                   ) -> Iterator[pa.RecordBatch]:
     """Yield a tail partition's rows (a stream's micro-batch partitions too)."""
     slices = part.slices if isinstance(part, TailSlices) else (part.as_slice(),)
-    return read_slices(opts, table_schema, slices, preds)
+    return read_slices(opts, table_schema, slices, preds, ids)
 
 
 # --- the whole table ---------------------------------------------------------------------
@@ -311,7 +317,7 @@ def read_table_part(opts: ReadOptions, part: BaseFragments | MergedTail | TailSl
     ds = table.dataset(part.version or None)
     out_schema = output_schema(ds.schema, False)
     if isinstance(part, TailSlices):
-        yield from read_slices(opts, data_schema(ds.schema), part.slices, preds)
+        yield from read_slices(opts, data_schema(ds.schema), part.slices, preds, field_ids(ds))
         return
     if isinstance(part, MergedTail):
         rows = read_merged_tail(table, part.version or None, part.tail, preds)
@@ -362,9 +368,12 @@ class _PushFilters:
 class MemWalBatchReader(DataSourceReader):
     """Plans partitions on the driver; reads them on executors."""
 
-    def __init__(self, opts: ReadOptions, table_schema: pa.Schema):
+    def __init__(self, opts: ReadOptions, table_schema: pa.Schema,
+                 field_ids: Mapping[str, FieldId] | None = None):
         self.opts = opts
         self.table_schema = table_schema
+        # The table's field ids as planned: tasks then never open the Lance table.
+        self.field_ids = field_ids
         self.filters: tuple[Pred, ...] = ()
 
     pushFilters = property(_PushFilters)  # noqa: N815 - Spark's name
@@ -397,4 +406,4 @@ class MemWalBatchReader(DataSourceReader):
         if isinstance(partition, TailSlices) and not partition.slices:
             return iter(())
         return plain_errors(read_partition(self.opts, self.table_schema, partition,
-                                           self.filters))
+                                           self.filters, self.field_ids))
