@@ -187,8 +187,8 @@ def tail_groups(opts: ReadOptions, segs: dict[str, list[Segment]],
         out = []
         for shard in sorted(segs):
             ss = segs[shard]
-            for part in split(shard, ss[0].first, ss[-1].last, opts.max_entries_per_partition,
-                              None):
+            for part in split(shard, ss[0].first, max(s.last for s in ss),
+                              opts.max_entries_per_partition, None):
                 cut = clip(ss, part.first, part.last)
                 if cut:
                     out.append([Slice(shard, tuple((s.epoch, s.first, s.last) for s in cut),
