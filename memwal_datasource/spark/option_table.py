@@ -25,6 +25,7 @@ from ..maintenance.thresholds import (
 )
 from ..options import STORAGE_PREFIX
 from ..shard.leases import DEFAULT_TTL_S
+from ..table.tail_scan import MAX_PARTITION_BYTES, READ_THREADS
 
 WRITE, STREAM_WRITE, READ, STREAM_READ = "write", "stream write", "read", "stream read"
 WRITES = (WRITE, STREAM_WRITE)
@@ -156,8 +157,19 @@ OPTIONS: tuple[Option, ...] = (
            "JSON {shard: last WAL position}"),
     Option("metadata_columns", "bool", "false", READS,
            "add _shard_id, _wal_position, _writer_epoch and _tombstone (delete markers shown)"),
-    Option("max_entries_per_partition", "int >= 1", "64", READS,
-           "split a shard's range into Spark partitions of this many WAL entries"),
+    Option("max_entries_per_partition", "int >= 1", "", READS,
+           "split a shard's range into Spark partitions of this many WAL entries (unset: a "
+           "batch read splits by bytes, a stream by 64 entries)"),
+    Option("max_bytes_per_partition", "int >= 1", str(MAX_PARTITION_BYTES), (READ,),
+           "a batch read's partition holds about this many bytes at most (WAL entries as "
+           "commit records count them, base data files)"),
+    Option("min_partitions", "int >= 1", "", (READ,),
+           "spread a batch read over about this many partitions, fewer if it is small (unset: "
+           "twice the driver's cores); small entries and shards share partitions"),
+    Option("read_threads", "int >= 1", "", READS,
+           "WAL entries a task fetches at once, in order, a bounded window ahead (unset: "
+           f"{READ_THREADS} on an object store; local disk reads one at a time, faster than a "
+           "thread hand-off)"),
     Option("starting_commit", "earliest|latest|sequence|time", "earliest", (STREAM_READ,),
            "where a new query starts: a commit sequence number, or an ISO-8601 time"),
     Option("starting_timestamp", "epoch ms|ISO-8601", "", (STREAM_READ,),

@@ -22,6 +22,7 @@ from ..maintenance.thresholds import Thresholds
 from ..options import normalize, redact
 from ..shard.leases import DEFAULT_TTL_S
 from ..table.sharding import Sharding, ShardingRequest
+from ..table.tail_scan import MAX_PARTITION_BYTES
 from ..write.native import check_native_config
 from .connect import resolve_local
 from .option_table import (
@@ -378,6 +379,11 @@ class ReadOptions:
     storage: dict[str, str] = field(repr=False)
     stream_start: StreamStart | None = None  # None: not set (a stream starts at the earliest)
     view: str = "tail"
+    # max_entries_per_partition was set: a batch read splits by entries, not bytes.
+    split_by_entries: bool = False
+    max_bytes_per_partition: int = MAX_PARTITION_BYTES
+    min_partitions: int | None = None  # None: twice the planner's cores
+    read_threads: int | None = None  # None: READ_THREADS on object stores, 1 on local disk
 
     @property
     def committed(self) -> bool:
@@ -421,4 +427,9 @@ class ReadOptions:
             storage=storage_options(opts),
             stream_start=_stream_start(opts),
             view=view,
+            split_by_entries="max_entries_per_partition" in opts,
+            max_bytes_per_partition=(_positive_int(opts, "max_bytes_per_partition")
+                                     or MAX_PARTITION_BYTES),
+            min_partitions=_positive_int(opts, "min_partitions"),
+            read_threads=_positive_int(opts, "read_threads"),
         )

@@ -262,7 +262,7 @@ class MemWalDataSource(DataSource):
                               "takes 'starting_positions' / 'ending_positions' per shard")
         if opts.view == "tail":
             refuse_without_mem_wal(opts.path, opts.storage, info)
-        return MemWalBatchReader(opts, table)
+        return MemWalBatchReader(opts, table, info.field_ids)
 
     @entry_point
     @without_native_paths

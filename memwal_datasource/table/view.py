@@ -315,13 +315,20 @@ class TableView:
         try:
             yield from self.tailer(shard_id).entries(first, last)
         except MissingEntryError as exc:
-            floor = self.commits.state().floors.get(shard_id, 0)
-            if first >= floor:
-                raise  # not collected: damage, reported as such
-            raise CollectedError(
-                f"read again: WAL entries {first}..{last} of shard {shard_id} were "
-                "garbage-collected after this read was planned (their rows are in the base "
-                f"table now; {exc})") from None
+            raise self.missing_entry(exc, shard_id, first, last) from None
+
+    def missing_entry(self, exc: MissingEntryError, shard_id: str, first: int,
+                      last: int) -> Exception:
+        """What to raise for ``exc``, an entry missing from positions ``first..last``:
+        ``exc`` itself (damage) unless garbage collection released them after the read
+        was planned (:class:`CollectedError`: plan the read again)."""
+        floor = self.commits.state().floors.get(shard_id, 0)
+        if first >= floor:
+            return exc  # not collected: damage, reported as such
+        return CollectedError(
+            f"read again: WAL entries {first}..{last} of shard {shard_id} were "
+            "garbage-collected after this read was planned (their rows are in the base "
+            f"table now; {exc})")
 
     def to_table(self, base_version: int | None = None) -> pa.Table:
         """The whole table, fresh to the last commit: base plus the committed tail.

@@ -1,0 +1,95 @@
+"""Decoding many WAL entries in one Arrow IPC pass.
+
+A WAL entry is one Arrow IPC stream: a schema message (the writer's epoch in
+its metadata), record-batch messages, the end-of-stream marker. A writer's
+consecutive entries carry the very same schema message, so a run of them is
+read as one stream: that schema message, every entry's batch messages, one
+end-of-stream marker. Arrow then parses the run in one call instead of one
+stream per entry (a small entry's decode costs as much as its read).
+
+Each entry is checked as :func:`~memwal_datasource.format.memwal.decode_wal_entry`
+checks it: it must open with a schema message and end with the end-of-stream
+marker right after its last message; a run that does not parse whole is
+decoded entry by entry, so a damaged entry is reported as it always was
+(:class:`~memwal_datasource.errors.CorruptEntryError`, naming it). Schema
+messages are decoded once (epoch, sentinel mark); a schema with dictionary
+columns (whose messages a run could not share) is decoded entry by entry.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..format.memwal import IPC_EOS, decode_wal_entry
+
+_PREFIX = struct.Struct("<Ii")  # continuation marker, metadata length
+_CONTINUATION = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Head:
+    """A decoded schema message: the entries' schema, writer epoch and sentinel mark;
+    ``shared``: entries with it may be read as one stream."""
+
+    schema: pa.Schema
+    epoch: int
+    sentinel: bool
+    shared: bool
+
+
+def _has_dictionary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return True
+    return any(_has_dictionary(t.field(i).type) for i in range(t.num_fields))
+
+
+def split(data) -> tuple[bytes, memoryview] | None:
+    """``(schema message, batch messages)`` of an entry, or ``None`` if it is not framed
+    as one (decode it alone: :func:`decode_wal_entry` says what is wrong)."""
+    view = memoryview(data)
+    n = len(view)
+    if n < 16 or view[n - 8:] != IPC_EOS:
+        return None
+    marker, length = _PREFIX.unpack_from(view, 0)
+    head = 8 + length
+    if marker != _CONTINUATION or length <= 0 or head % 8 or head > n - 8:
+        return None
+    return bytes(view[:head]), view[head:n - 8]
+
+
+class Decoder:
+    """Decodes entries, each schema message once; see the module doc."""
+
+    def __init__(self) -> None:
+        self.heads: dict[bytes, Head] = {}
+
+    def head(self, head: bytes, where: str | Callable[[], str]) -> Head:
+        """The schema message ``head`` decoded (cached), as an entry of no batches;
+        ``where`` names the entry for errors (or makes the name)."""
+        got = self.heads.get(head)
+        if got is None:
+            e = decode_wal_entry(head + IPC_EOS, where() if callable(where) else where)
+            shared = not any(_has_dictionary(f.type) for f in e.schema)
+            got = self.heads[head] = Head(e.schema, e.writer_epoch, e.is_sentinel, shared)
+        return got
+
+    @staticmethod
+    def run(head: bytes, bodies: Sequence[memoryview],
+            entries: Sequence[tuple[Callable[[], str], object]]) -> list[pa.RecordBatch]:
+        """The batches of consecutive entries sharing schema message ``head`` (their batch
+        messages ``bodies``), in order; ``entries`` are their ``(where, data)`` (``where()``
+        names one for errors), decoded one by one when the run does not parse whole (a
+        damaged entry raises)."""
+        stream = pa.py_buffer(b"".join([head, *bodies, IPC_EOS]))
+        source = pa.BufferReader(stream)
+        try:
+            batches = list(pa.ipc.open_stream(source))
+            if source.tell() == stream.size:
+                return batches
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError):
+            pass
+        return [b for where, data in entries for b in decode_wal_entry(data, where()).batches]
