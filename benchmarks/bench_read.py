@@ -2,17 +2,14 @@
 point lookup with and without filter pushdown.
 
 Reads: the same rows committed as few and as many WAL entries over 4 shards, each
-entry its own commit record (as a stream of small micro-batches leaves them),
-read as the WAL tail and as ``view=table`` (nothing compacted: all tail); the
-ceiling ``memory_arrow`` yields each shard's rows from the worker's memory in
-64k-row batches (loaded in the warm-up; timed runs must load nothing). Every
-competitor of both entry counts alternates in one run, so the many-entries /
-few-entries ratio pairs repeats too. Each read is consumed by Spark's ``noop``
-sink; the driver's plan (``partitions()``) is timed apart, in-process.
+entry its own commit record (as small micro-batches leave them), read as the WAL tail
+and as ``view=table`` (all tail); the ceiling ``memory_arrow`` yields each shard's rows
+from the worker's memory in 64k-row batches (loaded in the warm-up). Every competitor
+of both entry counts alternates in one run; each read goes to Spark's ``noop`` sink;
+the driver's plan (``partitions()``) is timed apart, in-process.
 
-Point lookup: ``view=table`` of a compacted table (the base: rows appended by
-Lance, a BTREE on the key as compaction keeps it) ``.where("id = k").collect()``
-with ``spark.sql.python.filterPushdown.enabled`` on and off, and parquet's.
+Point lookup: ``view=table`` of a compacted table (rows appended by Lance, a BTREE on
+the key) ``.where("id = k").collect()``, filter pushdown on and off, and parquet's.
 """
 
 from __future__ import annotations
