@@ -430,23 +430,11 @@ class CommitLog(CommitLogReader):
         finding out are retried as :meth:`_store_failed` says.
         """
         seq = rec.sequence
-        failing = None
-        while True:
-            try:
-                released = self.boundary(refresh=True)
-                if seq > released:
-                    return True  # no collector freed ``seq``: every fold will read ours
-                ours = self._digest_verdict(rec)
-                break
-            except (StoreError, OSError) as exc:
-                failing = self._store_failed(exc, failing, rec.job_id,
-                                             f"stored its commit record {seq}")
+        ours = self._released_verdict(rec, f"stored its commit record {seq}",
+                                      f"its commit record {seq} stalled so long")
         if ours is None:
-            raise OutcomeUnknown(
-                f"look the job up by its txnAppId or in the table's history (job "
-                f"{rec.job_id}): its commit record {seq} stalled so long that garbage "
-                f"collection released the records around it, and no stored checkpoint "
-                f"still says whose record it folded there")
+            return True  # no collector freed ``seq``: every fold will read ours
+        released = self._released
         if ours:
             return True  # folded, compacted and released while we stalled: committed
         try:  # a stray: no reader takes it (readers refuse every number <= released)
@@ -469,23 +457,31 @@ class CommitLog(CommitLogReader):
         retry stalled, and the body we met is a stray a stalled rival put into the freed
         number. The checkpoints' digests then decide, as for :meth:`_verify_landed`.
         """
+        ours = self._released_verdict(
+            rec, f"may have stored its commit record {rec.sequence}",
+            f"its commit record {rec.sequence} may have landed before a stall so long")
+        return ours is None or not ours
+
+    def _released_verdict(self, rec: CommitRecord, stored: str, stalled: str) -> bool | None:
+        """``None`` when ``rec.sequence`` is above the released boundary (listed now);
+        at or below it, whether the checkpoints folded *our* record there, or
+        :class:`OutcomeUnknown` when none still knows. Store errors are retried as
+        :meth:`_store_failed` says (``stored`` and ``stalled`` finish its messages)."""
         failing = None
         while True:
             try:
                 if rec.sequence > self.boundary(refresh=True):
-                    return True
+                    return None
                 ours = self._digest_verdict(rec)
                 break
             except (StoreError, OSError) as exc:
-                failing = self._store_failed(exc, failing, rec.job_id,
-                                             f"may have stored its commit record {rec.sequence}")
+                failing = self._store_failed(exc, failing, rec.job_id, stored)
         if ours is None:
             raise OutcomeUnknown(
                 f"look the job up by its txnAppId or in the table's history (job "
-                f"{rec.job_id}): its commit record {rec.sequence} may have landed before a "
-                f"stall so long that garbage collection released the records around it, and "
-                f"no stored checkpoint still says whose record it folded there")
-        return not ours
+                f"{rec.job_id}): {stalled} that garbage collection released the records "
+                f"around it, and no stored checkpoint still says whose record it folded there")
+        return ours
 
     def _digest_verdict(self, rec: CommitRecord) -> bool | None:
         """Whether the stored checkpoints folded *our* record at its number (``None``: no
