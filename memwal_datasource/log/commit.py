@@ -343,13 +343,13 @@ class CommitLog(CommitLogReader):
                         failed=failed):
             if not self._verify_landed(out):
                 return None
-            self._landed(out)
-            return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
-        if failed[0] and not self._lost(out):  # our earlier attempt's, released since
-            self._landed(out)
-            return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
-        LOST_RACES += 1
-        return None
+        elif not failed[0] or self._lost(out):
+            LOST_RACES += 1
+            return None
+        # Ours: landed now, or our earlier attempt's record (its acknowledgement lost),
+        # released since.
+        self._landed(out)
+        return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
 
     def _await_record(self, seq: int, until: float) -> None:
         """Wait (reading, not writing) for record ``seq`` to appear, or until ``until``."""
@@ -460,7 +460,7 @@ class CommitLog(CommitLogReader):
         ours = self._released_verdict(
             rec, f"may have stored its commit record {rec.sequence}",
             f"its commit record {rec.sequence} may have landed before a stall so long")
-        return ours is None or not ours
+        return not ours  # None: above the boundary, so another commit holds it
 
     def _released_verdict(self, rec: CommitRecord, stored: str, stalled: str) -> bool | None:
         """``None`` when ``rec.sequence`` is above the released boundary (listed now);
