@@ -152,10 +152,15 @@ def maintain_once(table: TableView, thresholds: Thresholds = Thresholds(), *,
         out.error = exc
         status.record(table.store, "maintainer", t0, time.time() - t0, error=exc)
     out.seconds = time.time() - t0
+    _report(out)
+    return out
+
+
+def _report(out: PassResult) -> None:
+    """A pass's log line (a warning when it failed) and its hook point."""
     log.log(logging.WARNING if out.error else logging.INFO if out.ran else logging.DEBUG,
             "memwal maintenance %s", out.line())
-    hooks.point("maintain.pass", uri=table.uri, result=out)
-    return out
+    hooks.point("maintain.pass", uri=out.uri, result=out)
 
 
 def _leased_pass(table: TableView, thresholds: Thresholds, out: PassResult, label: str,
@@ -305,10 +310,7 @@ class BackgroundMaintainer:
             result = self._child.run(self.uri, self.storage, self.thresholds, self.label)
         except Exception as exc:  # noqa: BLE001 - a pass reports; the thread tries again
             result = PassResult(self.uri, error=exc)
-        # The child's log lines and hooks stay in the child: said here.
-        log.log(logging.WARNING if result.error else logging.INFO if result.ran
-                else logging.DEBUG, "memwal maintenance %s", result.line())
-        hooks.point("maintain.pass", uri=self.uri, result=result)
+        _report(result)  # the child's log lines and hooks stay in the child: said here
         return result
 
 
