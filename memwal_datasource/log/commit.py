@@ -72,6 +72,7 @@ from ..format.commit_format import (  # noqa: F401 - the log's public names, re-
     stream_app_id,
 )
 from ..store import ObjectStore, put_resolved, read_both
+from . import commit_intents
 from .commit_intents import Intent, Intents
 from .commit_reader import MAX_RELOADS, CommitLogReader, remember_fold  # noqa: F401
 
@@ -352,11 +353,19 @@ class CommitLog(CommitLogReader):
         return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
 
     def _await_record(self, seq: int, until: float) -> None:
-        """Wait (reading, not writing) for record ``seq`` to appear, or until ``until``."""
-        delay = POLL_S
-        while time.monotonic() < until and not self.store.exists(record_key(seq)):
+        """Wait (reading, not writing) for record ``seq`` to appear, or until ``until``.
+
+        A GET, not a HEAD: the record found is the one the next look reads. Paced by
+        how long recent leaders took, so many followers do not flood the store.
+        """
+        start = time.monotonic()
+        for delay in commit_intents.poll_delays(self.store.uri, POLL_S, POLL_MAX_S):
+            if time.monotonic() >= until:
+                return
+            if self._fetch(seq)[0] is not None:
+                commit_intents.waited(self.store.uri, time.monotonic() - start)
+                return
             time.sleep(delay)
-            delay = min(delay * 1.5, POLL_MAX_S)  # many followers must not flood the store
 
     def _holder(self, intent: Intent, upto: int) -> tuple | None:
         """The record among ``intent.after + 1 .. upto`` holding ``intent``, as ``(record,

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptEntryError
@@ -25,6 +26,38 @@ from ..store import ObjectStore
 log = logging.getLogger(__name__)
 
 INTENT_FORMAT = 1
+# Intents read by this process, by table and id (immutable: read once per process, not
+# once per commit; a new commit log of the table finds them here). Oldest dropped first.
+_READ: dict[tuple[str, str], Intent] = {}
+_READ_MAX = 4096
+
+
+# How long followers of each table waited for a leader's record lately (an average):
+# a follower polls a few times per leader cycle, not every few milliseconds.
+_CYCLE_S: dict[str, float] = {}
+
+
+def forget() -> None:
+    """Drop every intent this process has read and what it learned of leaders' pace
+    (tests: worlds that reuse ids)."""
+    _READ.clear()
+    _CYCLE_S.clear()
+
+
+def poll_delays(uri: str, first_s: float, most_s: float) -> Iterator[float]:
+    """Pauses between a follower's looks for a leader's record of table ``uri``: a
+    third of the recent wait first, then growing to it (never below ``first_s``, nor
+    above ``most_s`` longer than a recent wait took)."""
+    cycle = _CYCLE_S.get(uri, 0.0)
+    delay, cap = max(first_s, cycle / 3), max(most_s, cycle)
+    while True:
+        yield delay
+        delay = min(delay * 1.5, cap)
+
+
+def waited(uri: str, seconds: float) -> None:
+    """A follower of ``uri`` saw the record it waited for after ``seconds``."""
+    _CYCLE_S[uri] = 0.7 * _CYCLE_S.get(uri, seconds) + 0.3 * seconds
 
 
 def intent_key(intent_id: str) -> str:
@@ -80,16 +113,20 @@ class Intents:
 
     def __init__(self, store: ObjectStore):
         self.store = store
-        self._cache: dict[str, Intent] = {}
+
+    def _remember(self, intent: Intent) -> None:
+        if len(_READ) >= _READ_MAX:
+            del _READ[next(iter(_READ))]
+        _READ[(self.store.uri, intent.intent_id)] = intent
 
     def write(self, intent: Intent) -> None:
         """Store ``intent`` (a unique key: a plain PUT, nothing to race)."""
         self.store.put(intent_key(intent.intent_id), intent.to_json())
-        self._cache[intent.intent_id] = intent
+        self._remember(intent)
 
     def delete(self, intent: Intent) -> None:
         """Best effort: a leftover intent only costs listings until gc removes it."""
-        self._cache.pop(intent.intent_id, None)
+        _READ.pop((self.store.uri, intent.intent_id), None)
         try:
             self.store.delete(intent_key(intent.intent_id))
         except FileNotFoundError:
@@ -118,7 +155,7 @@ class Intents:
             iid = name[:-5]
             if iid[:15].isdigit() and now_ms - int(iid[:15]) >= max_age_s * 1000:
                 continue  # stale by its name: no GET needed
-            intent = self._cache.get(iid)
+            intent = _READ.get((self.store.uri, iid))
             if intent is None:
                 try:
                     intent = Intent.from_json(self.store.get(key), self.store.describe(key))
@@ -127,7 +164,7 @@ class Intents:
                 except CorruptEntryError as exc:
                     log.warning("skipping %s", exc)
                     continue
-                self._cache[iid] = intent
+                self._remember(intent)
             if intent.fresh(now_ms, max_age_s):
                 out.append(intent)
         return sorted(out, key=Intent.order)

@@ -47,7 +47,7 @@ from ..format.commit_format import (
 )
 from ..shard.wal import first_missing
 from ..store import ObjectStore, put_resolved, read_all
-from . import commit_folds
+from . import commit_folds, commit_intents
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +83,10 @@ def remember_fold(store: ObjectStore, state: Checkpoint, ckpt: Checkpoint | None
 
 
 def forget_folds() -> None:
-    """Drop every remembered fold, this process's and this host's (tests; a process
-    that wants cold reads)."""
+    """Drop every remembered fold, this process's and this host's, and the intents this
+    process has read (tests; a process that wants cold reads)."""
     commit_folds.forget_all()
+    commit_intents.forget()
 
 
 class CommitLogReader:
