@@ -273,16 +273,17 @@ class CommitLog(CommitLogReader):
             raise self._unknown(intent)
         if held:
             return self._answer(*held, txn)
-        now_ms = int(time.time() * 1000)
-        others = [other for other in self._intents.pending(now_ms, INTENT_MAX_AGE_S)
-                  if other.intent_id != intent.intent_id
-                  and self._holder(other, seq - 1) == ()]
-        leader = min([intent, *others], key=Intent.order)
-        if leader is not intent:
-            since = waited.setdefault(leader.intent_id, time.monotonic())
-            if time.monotonic() - since < LEADER_WAIT_S:
-                self._await_record(seq, since + LEADER_WAIT_S)
-                return None
+        others = []  # the pending intents no record holds yet, oldest first
+        for other in self._intents.pending(int(time.time() * 1000), INTENT_MAX_AGE_S):
+            if other.intent_id == intent.intent_id or self._holder(other, seq - 1) != ():
+                continue
+            if not others and other.order() < intent.order():  # the leader: not us
+                since = waited.setdefault(other.intent_id, time.monotonic())
+                if time.monotonic() - since < LEADER_WAIT_S:
+                    # Younger intents are not read: the leader takes them, not us.
+                    self._await_record(seq, since + LEADER_WAIT_S)
+                    return None
+            others.append(other)  # we lead (or take over from a silent leader)
         return self._put_group(rec, intent, others, txn, seq, checked)
 
     def _store_failed(self, exc: Exception, since: float | None, job_id: str,

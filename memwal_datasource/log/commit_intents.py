@@ -140,34 +140,45 @@ class Intents:
         keys = listed if listed is not None else self.store.list(INTENTS_DIR + "/")
         return any(k.endswith(".json") for k in keys)
 
-    def pending(self, now_ms: int, max_age_s: float) -> list[Intent]:
-        """The stored intents young enough to take, oldest first.
+    def pending(self, now_ms: int, max_age_s: float) -> Iterator[Intent]:
+        """The stored intents young enough to take, oldest first, each read (once per
+        process) only when the caller gets to it: a follower stops at its leader's.
 
-        An intent that vanished between LIST and GET was answered and deleted
-        by its owner; a damaged one is skipped with a warning (its owner, if
-        alive, commits it itself).
+        One LIST; an intent's age and order are in its name. An intent that vanished
+        between LIST and GET was answered and deleted by its owner; a damaged one is
+        skipped with a warning (its owner, if alive, commits it itself).
         """
-        out = []
+        named = []
         for key in self.store.list(INTENTS_DIR + "/"):
             name = key.rsplit("/", 1)[-1]
             if not name.endswith(".json"):
                 continue
             iid = name[:-5]
-            if iid[:15].isdigit() and now_ms - int(iid[:15]) >= max_age_s * 1000:
-                continue  # stale by its name: no GET needed
-            intent = _READ.get((self.store.uri, iid))
-            if intent is None:
-                try:
-                    intent = Intent.from_json(self.store.get(key), self.store.describe(key))
-                except FileNotFoundError:
-                    continue
-                except CorruptEntryError as exc:
-                    log.warning("skipping %s", exc)
-                    continue
-                self._remember(intent)
-            if intent.fresh(now_ms, max_age_s):
-                out.append(intent)
-        return sorted(out, key=Intent.order)
+            if iid[:15].isdigit():
+                if now_ms - int(iid[:15]) >= max_age_s * 1000:
+                    continue  # stale by its name: no GET needed
+                named.append(((int(iid[:15]), iid), key, iid))
+            else:  # not a name Intent.new gives: its order is in its body
+                intent = self._read(key, iid)
+                if intent is not None:
+                    named.append((intent.order(), key, iid))
+        for _order, key, iid in sorted(named):
+            intent = self._read(key, iid)
+            if intent is not None and intent.fresh(now_ms, max_age_s):
+                yield intent
+
+    def _read(self, key: str, iid: str) -> Intent | None:
+        intent = _READ.get((self.store.uri, iid))
+        if intent is None:
+            try:
+                intent = Intent.from_json(self.store.get(key), self.store.describe(key))
+            except FileNotFoundError:
+                return None
+            except CorruptEntryError as exc:
+                log.warning("skipping %s", exc)
+                return None
+            self._remember(intent)
+        return intent
 
     def stale_keys(self, now_ms: int, older_than_s: float) -> list[str]:
         """Keys of intents older than ``older_than_s`` (for gc; judged by their names)."""

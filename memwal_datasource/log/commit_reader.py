@@ -52,6 +52,7 @@ from . import commit_folds, commit_intents
 log = logging.getLogger(__name__)
 
 MAX_RELOADS = 8  # newer checkpoints to chase while a collector runs, before giving up
+SCAN_AHEAD = 8  # records past our fold a look GETs one by one before it gallops
 # A read found no object (an empty object is not "missing": it is a damaged record).
 MISSING = object()
 
@@ -512,9 +513,25 @@ class CommitLogReader:
             # see CommitLog._verify_landed).
             listed = self._listed is not None and floor >= self._listed
             if listed or not self._collected(floor):  # nothing above floor is gone
-                return first_missing(self._exists, floor + 1)
+                return self._tip(floor + 1)
             self._chase(floor, past=floor)
         raise self._moving()
+
+    def _tip(self, start: int) -> int:
+        """The first missing record number at or after ``start`` (records below it stored).
+
+        The next few by GET: a committer folds (or a follower searches) exactly these
+        records next, so each probe is a read it would make anyway. Further on, a
+        gallop of HEADs (a reader far behind folds from a newer checkpoint instead).
+        """
+        seq = start
+        if self._ahead.get(("exists", record_key(seq))) is False:
+            return seq  # this look's one listing showed it missing
+        while seq < start + SCAN_AHEAD:
+            if self._fetch(seq)[0] is None:
+                return seq
+            seq += 1
+        return first_missing(self._exists, seq)
 
     def committed_txn(self, txn: Txn, upto: int | None = None) -> CommitRecord | None:
         """The record that already committed ``txn`` (same app, version >= it), if any."""

@@ -175,7 +175,8 @@ def test_reads_cost_only_the_records_since_the_checkpoint(any_store):
     txn_cost = counting.reads
     # 50 records + the hint, the checkpoint and a probe for the next one, + the end.
     assert visible_cost <= 55, visible_cost
-    assert next_cost <= 20, next_cost
+    # The hint, the checkpoint, SCAN_AHEAD records by GET (a fold reads them next), a gallop.
+    assert next_cost <= 25, next_cost
     assert txn_cost <= 75, txn_cost
     for key in [LAST_CHECKPOINT_KEY, *(f"{CHECKPOINTS_DIR}/{n}" for n in _checkpoints(any_store))]:
         any_store.delete(key)
