@@ -272,7 +272,10 @@ class CommitLog(CommitLogReader):
         if held is None:
             raise self._unknown(intent)
         if held:
-            return self._answer(*held, txn)
+            result = self._answer(*held, txn)
+            if self._cache.get(held[0].sequence) is held[0]:  # a stored record, not a memory
+                self._remember_through(held[0].sequence)
+            return result
         others = []  # the pending intents no record holds yet, oldest first
         for other in self._intents.pending(int(time.time() * 1000), INTENT_MAX_AGE_S):
             if other.intent_id == intent.intent_id or self._holder(other, seq - 1) != ():
@@ -285,6 +288,17 @@ class CommitLog(CommitLogReader):
                     return None
             others.append(other)  # we lead (or take over from a silent leader)
         return self._put_group(rec, intent, others, txn, seq, checked)
+
+    def _remember_through(self, seq: int) -> None:
+        """A follower's verdict is in record ``seq``: fold through it (from records this
+        look has read, checked by one listing) so this process's next commit starts
+        there, not where its last lead left it. Best effort: the verdict is known."""
+        try:
+            state = self._fold(seq)
+        except Exception as exc:  # noqa: BLE001 - the next commit folds from further back
+            log.debug("not remembering the fold through commit record %d: %s", seq, exc)
+            return
+        remember_fold(self.store, state.copy(), self._ckpt)
 
     def _store_failed(self, exc: Exception, since: float | None, job_id: str,
                       stored: str = "may have stored its intent or record") -> float:
