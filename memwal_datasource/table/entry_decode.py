@@ -2,18 +2,18 @@
 
 A WAL entry is one Arrow IPC stream: a schema message (the writer's epoch in
 its metadata), record-batch messages, the end-of-stream marker. A writer's
-consecutive entries carry the very same schema message, so a run of them is
-read as one stream: that schema message, every entry's batch messages, one
-end-of-stream marker. Arrow then parses the run in one call instead of one
-stream per entry (a small entry's decode costs as much as its read).
+consecutive entries carry the very same schema message: it is decoded once,
+and each entry's record-batch messages are read in place against it (a stream
+opened per entry costs as much as a small entry's read).
 
 Each entry is checked as :func:`~memwal_datasource.format.memwal.decode_wal_entry`
 checks it: it must open with a schema message and end with the end-of-stream
-marker right after its last message; a run that does not parse whole is
-decoded entry by entry, so a damaged entry is reported as it always was
+marker right after its last message; a run whose bodies are not whole messages
+is decoded entry by entry, so a damaged entry is reported as it always was
 (:class:`~memwal_datasource.errors.CorruptEntryError`, naming it). Schema
 messages are decoded once (epoch, sentinel mark); a schema with dictionary
-columns (whose messages a run could not share) is decoded entry by entry.
+columns (whose dictionary messages belong to one stream) is decoded entry by
+entry.
 """
 
 from __future__ import annotations
@@ -77,19 +77,23 @@ class Decoder:
             got = self.heads[head] = Head(e.schema, e.writer_epoch, e.is_sentinel, shared)
         return got
 
-    @staticmethod
-    def run(head: bytes, bodies: Sequence[memoryview],
+    def run(self, head: bytes, bodies: Sequence[memoryview],
             entries: Sequence[tuple[Callable[[], str], object]]) -> list[pa.RecordBatch]:
         """The batches of consecutive entries sharing schema message ``head`` (their batch
-        messages ``bodies``), in order; ``entries`` are their ``(where, data)`` (``where()``
-        names one for errors), decoded one by one when the run does not parse whole (a
-        damaged entry raises)."""
-        stream = pa.py_buffer(b"".join([head, *bodies, IPC_EOS]))
-        source = pa.BufferReader(stream)
+        messages ``bodies``), in order, read in place against the one decoded schema;
+        ``entries`` are their ``(where, data)`` (``where()`` names one for errors),
+        decoded one by one when a body is not whole record-batch messages (a damaged
+        entry raises)."""
+        schema = self.heads[head].schema
+        out: list[pa.RecordBatch] = []
         try:
-            batches = list(pa.ipc.open_stream(source))
-            if source.tell() == stream.size:
-                return batches
+            for body in bodies:
+                source = pa.BufferReader(pa.py_buffer(body))
+                while source.tell() < len(body):
+                    message = pa.ipc.read_message(source)
+                    if message.type != "record batch":
+                        raise ValueError(f"a {message.type} message")
+                    out.append(pa.ipc.read_record_batch(message, schema))
+            return out
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError):
-            pass
-        return [b for where, data in entries for b in decode_wal_entry(data, where()).batches]
+            return [b for where, data in entries for b in decode_wal_entry(data, where()).batches]

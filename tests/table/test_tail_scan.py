@@ -244,7 +244,13 @@ def test_runs_decoded_together_skip_sentinels_other_epochs_and_name_a_damaged_en
     assert ids(((1, 1, 5), (2, 20, 22))) == [x for i in (*range(5), 18, 19, 20)
                                              for x in (i, -i)]
     key = wal_key(shard, 30)
-    store.put(key, store.get(key)[:-20])  # cut short: no end-of-stream marker
+    good = store.get(key)
+    store.put(key, good[:-20])  # cut short: no end-of-stream marker
+    with pytest.raises(CorruptEntryError, match="position 30"):
+        ids(((2, 7, 41),))
+    # Framed whole, but its batch message is garbage: the run is decoded entry by entry.
+    head = 8 + int.from_bytes(good[4:8], "little")
+    store.put(key, good[:head] + b"\xff" * (len(good) - head - 8) + good[-8:])
     with pytest.raises(CorruptEntryError, match="position 30"):
         ids(((2, 7, 41),))
 
