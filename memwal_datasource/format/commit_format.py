@@ -190,8 +190,18 @@ class CommitRecord:
                             ordered=m.ordered, intent_id=m.intent_id)
 
     def digest(self) -> str:
-        """A short fingerprint of the record (checkpoints keep the recent ones)."""
-        return hashlib.sha256(self.to_json()).hexdigest()[:16]
+        """A short fingerprint of the record (checkpoints keep the recent ones).
+
+        A record read from the store is never changed, so its digest is computed once
+        (every fold of every look takes it; encoding a group record is the cost).
+        """
+        known = self.__dict__.get("_digest")
+        if known is not None:
+            return known
+        digest = hashlib.sha256(self.to_json()).hexdigest()[:16]
+        if self.__dict__.get("_stored"):
+            self.__dict__["_digest"] = digest
+        return digest
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitRecord:
@@ -204,7 +214,7 @@ class CommitRecord:
                     f"memwal_datasource reads up to {RECORD_FORMAT}: upgrade it"
                 )
             ranges = [_range_from_dict(r) for r in body["ranges"]]
-            return cls(sequence=int(body["sequence"]), kind=body["kind"], job_id=body["job_id"],
+            rec = cls(sequence=int(body["sequence"]), kind=body["kind"], job_id=body["job_id"],
                        ranges=ranges, created_ms=int(body.get("created_ms", 0)),
                        writer_group=body.get("writer_group", ""),
                        query_id=body.get("query_id"), batch_id=body.get("batch_id"),
@@ -217,6 +227,8 @@ class CommitRecord:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntryError(f"commit record {where} is corrupt: {exc}") from None
+        rec.__dict__["_stored"] = True  # read, not built: nobody changes it (see digest)
+        return rec
 
 
 STREAM_KEY_PREFIX = "stream:"  # reserved: users' txnAppId may not start with it
