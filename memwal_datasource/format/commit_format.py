@@ -192,16 +192,12 @@ class CommitRecord:
     def digest(self) -> str:
         """A short fingerprint of the record (checkpoints keep the recent ones).
 
-        A record read from the store is never changed, so its digest is computed once
-        (every fold of every look takes it; encoding a group record is the cost).
+        Of its storage form: a record read from the store takes it from the bytes read
+        (the same bytes :meth:`to_json` wrote; re-encoding a group record cost more than
+        the rest of a fold), a record being built from :meth:`to_json`.
         """
         known = self.__dict__.get("_digest")
-        if known is not None:
-            return known
-        digest = hashlib.sha256(self.to_json()).hexdigest()[:16]
-        if self.__dict__.get("_stored"):
-            self.__dict__["_digest"] = digest
-        return digest
+        return known if known is not None else _digest(self.to_json())
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitRecord:
@@ -227,8 +223,12 @@ class CommitRecord:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptEntryError(f"commit record {where} is corrupt: {exc}") from None
-        rec.__dict__["_stored"] = True  # read, not built: nobody changes it (see digest)
+        rec.__dict__["_digest"] = _digest(data)  # read, not built: nobody changes it
         return rec
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 STREAM_KEY_PREFIX = "stream:"  # reserved: users' txnAppId may not start with it

@@ -124,3 +124,16 @@ def test_a_sentinel_is_never_compressed():
     """A sentinel has no buffers; it stays byte for byte what pylance writes."""
     assert (encode_wal_buffer(pa.schema([]), (), 3, fence_sentinel=True, compression="zstd")
             .to_pybytes() == encode_sentinel(3))
+
+
+def test_a_read_record_has_the_digest_of_the_bytes_its_writer_stored():
+    from memwal_datasource.format.commit_format import CommitRecord, CommittedRange, Member
+
+    ranges = [CommittedRange(shard_id="s", epoch=1, first=1, last=2, rows=5, bytes=9)]
+    built = CommitRecord(sequence=7, kind="append", job_id="j", ranges=ranges, members=[
+        Member(job_id="j", ranges=ranges, intent_id="i1"),
+        Member(job_id="k", ranges=[], intent_id="i2", verdict="duplicate")])
+    read = CommitRecord.from_json(built.to_json(), "7.json")
+    assert read.digest() == built.digest()  # the checkpoints' digests compare the two
+    other = CommitRecord.from_json(built.to_json().replace(b'"k"', b'"x"'), "7.json")
+    assert other.digest() != built.digest()
