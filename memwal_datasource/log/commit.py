@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .. import hooks
 from ..errors import (  # noqa: F401 - re-exported
@@ -95,6 +95,18 @@ UNREACHABLE_S = 3 * COMMIT_DEADLINE_S
 LOST_RACES = 0
 
 
+@dataclass(frozen=True)
+class Look:
+    """A commit's first look (:meth:`CommitLog.look`)."""
+
+    sequence: int  # the first number missing after the log's fold
+    contended: bool  # intents were pending
+    at: float  # time.monotonic() when the look began
+    # The process's remembered fold was the tip: nobody else committed since its last
+    # commit, so a look made ahead is likely still the tip when the job commits.
+    quiet: bool = False
+
+
 class CommitLog(CommitLogReader):
     """Append and read commit records of one table.
 
@@ -118,7 +130,8 @@ class CommitLog(CommitLogReader):
                writer_group: str = "", query_id: str | None = None,
                batch_id: int | None = None, extra: dict | None = None,
                txn: Txn | None = None, ordered_epochs: bool = True,
-               at_sequence: int | None = None, group: bool = True) -> CommitResult:
+               at_sequence: int | None = None, group: bool = True,
+               look: Look | None = None) -> CommitResult:
         """Commit one job: its record at the next number, or its part of a group record.
 
         With ``txn``, a key already committed returns that record with
@@ -130,10 +143,13 @@ class CommitLog(CommitLogReader):
         record number or raises :class:`SequenceTaken` (a caller that planned
         against records below it re-plans). Appends meeting contention join a
         group record (``group=False`` never does; overwrites and gc records never
-        do): see docs/protocol.md, "Committing at scale".
+        do): see docs/protocol.md, "Committing at scale". ``look`` is this log's
+        :meth:`look`, made while the job's tasks ran.
         """
         if kind not in KINDS:
             raise ValueError(f"commit kind must be one of {KINDS}, got '{kind}'")
+        if look is not None and (kind != APPEND or at_sequence is not None or not group):
+            raise ValueError("a look made ahead serves only a grouped append")
         ranges = sorted(ranges, key=lambda r: (r.shard_id, r.first))
         rec = CommitRecord(sequence=0, kind=kind, job_id=job_id or uuid.uuid4().hex,
                            ranges=ranges,
@@ -145,6 +161,35 @@ class CommitLog(CommitLogReader):
                            ordered=ordered_epochs and bool(ranges))
         if kind != APPEND or at_sequence is not None or not group:
             return self._append_alone(rec, txn, at_sequence)
+        if look is not None and look.quiet and not look.contended:
+            # Made while the tasks ran: a PUT at its number is exact whenever it lands (the
+            # fold below it is the look's, the deadline counts from the look). Lost: the
+            # look was stale, not necessarily contended; look again.
+            result = self._append_alone(rec, txn, look.sequence, once=True, since=look.at)
+            if result is not None:
+                return result
+        look = self.look()  # others committed lately: a look made ahead is likely stale
+        if not look.contended:  # no contention seen: no intent, one PUT
+            result = self._append_alone(rec, txn, look.sequence, once=True, since=look.at)
+            if result is not None:
+                return result
+            after = rec.sequence  # the number we lost: stored, so it cannot hold our intent
+        else:
+            after = look.sequence - 1
+        return self._append_grouped(rec, txn, after)
+
+    def look(self) -> Look:
+        """A commit's first look: the next number, and whether intents are pending.
+
+        A driver makes it while the job's tasks run (one round trip off the commit's
+        path) and passes it to :meth:`append`; any look is as good as a fresh one for
+        exactness (the PUT at its number collides, or lands on the fold below it, and
+        its verdict is checked as always), only staler.
+        """
+        at = time.monotonic()
+        # The remembered fold this log was seeded with, if it has not looked yet.
+        seed = self._state.sequence if self._state is not None and not self._ckpt_looked \
+            else None
         # Whether intents are stored only picks the path (a PUT alone is exact either way),
         # so on an object store that listing goes at once with finding the next number,
         # or is part of that look's one listing (a store that lists after a key).
@@ -156,24 +201,18 @@ class CommitLog(CommitLogReader):
         else:
             seq, contended = read_both(self.store, self.next_sequence,
                                        self._intents.any_pending)
-        if not contended:  # no contention seen: no intent, one PUT
-            result = self._append_alone(rec, txn, seq, once=True)
-            if result is not None:
-                return result
-            after = rec.sequence  # the number we lost: stored, so it cannot hold our intent
-        else:
-            after = seq - 1
-        return self._append_grouped(rec, txn, after)
+        return Look(seq, contended, at, quiet=seed is not None and seq == seed + 1)
 
     def _append_alone(self, rec: CommitRecord, txn: Txn | None, at_sequence: int | None,
-                      once: bool = False) -> CommitResult | None:
+                      once: bool = False, since: float | None = None) -> CommitResult | None:
         """Put ``rec`` alone at the first free number (exactly ``at_sequence`` if set;
-        with ``once``, start there and return ``None`` after losing one race)."""
+        with ``once``, start there and return ``None`` after losing one race; ``since``:
+        when the look that found ``at_sequence`` began)."""
         global LOST_RACES
         fixed = at_sequence is not None and not once
         seq = self.next_sequence() if at_sequence is None else at_sequence
         while True:
-            checked = time.monotonic()
+            checked, since = (time.monotonic() if since is None else since), None
             floor = self._ckpt.sequence if self._ckpt else 0
             if seq <= floor:  # collected numbers below a checkpoint are never reused
                 if fixed:

@@ -45,6 +45,7 @@ from ..store import open_store
 from ..table.table_info import TableInfo
 from ..table.view import TableView
 from ..write.rehome import DRIVER_PARTITION, Rehomer
+from . import looks
 from .options import WriteOptions
 from .pool_shard import PoolShard
 from .prepare import prepare_writer_options
@@ -187,14 +188,16 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
 
 def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: float,
                query_id: str | None = None, batch_id: int | None = None,
-               txn: Txn | None = None, job_label: str | None = None) -> CommitRecord | None:
+               txn: Txn | None = None, job_label: str | None = None,
+               ahead: looks.Ahead | None = None) -> CommitRecord | None:
     """Write the job's one commit record and log a summary line.
 
     With ``txn`` (an idempotency key) a job whose key is already committed
     writes nothing and returns the earlier record. A micro-batch that wrote no
     rows writes no record and returns ``None``. On a sharded table a shard
     another writer overtook is re-homed (:mod:`memwal_datasource.write.rehome`);
-    ``job_label`` names the job in its record and leases.
+    ``job_label`` names the job in its record and leases; ``ahead`` is the commit's
+    first look, made while the tasks ran (:mod:`memwal_datasource.spark.looks`).
     """
     msgs = [m for m in messages if isinstance(m, MemWalCommitMessage)]
     # Per shard in WAL order: a later turn's rows win (see shard_turns).
@@ -205,8 +208,10 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
         log.info("memwal stream %s batch %s wrote no rows; nothing to commit", query_id, batch_id)
         return None
     job_label = job_label or f"job {job_id}"
+    commits, look = looks.result(ahead) if opts.sharding is None and kind == APPEND \
+        else (None, None)
     table = TableView(opts.path, opts.storage)
-    append = table.commits.append
+    append = commits.append if commits is not None else table.commits.append
     if opts.sharding is not None:
         # Sharded (primary-key) tables: a shard's writers commit in epoch order, so every
         # reader agrees on each key's newest value; an overtaken shard is re-homed.
@@ -214,9 +219,10 @@ def commit_job(opts: WriteOptions, messages, kind: str, job_id: str, started: fl
         append = Rehomer(table, Holder(job_id, DRIVER_PARTITION, label=f"{job_label} (commit)",
                                        job_started_ms=int(started * 1000)),
                          opts.config, opts.lease_wait_s, opts.lease_ttl_s).append
+    more = {"look": look} if look is not None else {}
     result = append(kind, ranges, job_id=job_id, writer_group=opts.writer_group,
                     query_id=query_id, batch_id=batch_id, txn=txn, extra={"label": job_label},
-                    ordered_epochs=opts.sharding is not None)
+                    ordered_epochs=opts.sharding is not None, **more)
     rec = result.record
     if not result.created:
         log.warning("memwal %s: idempotency key %s version %d is already committed as record "
@@ -281,6 +287,8 @@ class MemWalBatchWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
         self.started = time.time()
+        if not overwrite:
+            looks.start(self.job_id, self.opts)
         self.last_commit: CommitRecord | None = None
         # Built where the job is planned (the driver's host): what leases show others.
         self.job = TaskJob(self.job_id, f"job {self.job_id} from {socket.gethostname()}",
@@ -294,10 +302,11 @@ class MemWalBatchWriter(DataSourceArrowWriter):
     def commit(self, messages) -> None:
         self.last_commit = commit_job(self.opts, messages, OVERWRITE if self.overwrite else APPEND,
                                       self.job_id, self.started, txn=self.opts.txn,
-                                      job_label=self.job.label)
+                                      job_label=self.job.label, ahead=looks.take(self.job_id))
 
     @entry_point
     def abort(self, messages) -> None:
+        looks.take(self.job_id)
         done = [m for m in messages if isinstance(m, MemWalCommitMessage)]
         # Spark also aborts when the commit worker died after the record landed.
         landed, searched = _record_of(self.opts, self.job_id)

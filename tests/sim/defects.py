@@ -73,8 +73,8 @@ def _errors_escape(_):
 def _after_first_number(append_alone):
     """5. After a PUT into a freed number and a lost race, the intent's ``after`` is the
     first number (released), not the one lost."""
-    def patched(self, rec, txn, at_sequence, once=False):
-        result = append_alone(self, rec, txn, at_sequence, once)
+    def patched(self, rec, txn, at_sequence, once=False, **kw):
+        result = append_alone(self, rec, txn, at_sequence, once, **kw)
         if once and result is None:
             rec.sequence = at_sequence
         return result
