@@ -326,9 +326,16 @@ class FaultProxy:
                 conn.sendall(resp + body)
             else:
                 rec.status = status  # recorded before the client can see it
-                conn.sendall(resp)
-                keep = (not has_body or _copy_body(ufile, conn.sendall, rhdr, True)) and keep
-                rec.finished = time.monotonic()
+
+                def relay(data) -> None:
+                    # Finished as of the start of the reply's last write: the client cannot
+                    # act on the reply before it, and a later mark would race the client's
+                    # next request (the counts of round trips would see them overlap).
+                    rec.finished = time.monotonic()
+                    conn.sendall(data)
+
+                relay(resp)
+                keep = (not has_body or _copy_body(ufile, relay, rhdr, True)) and keep
             return keep
 
 
