@@ -141,6 +141,9 @@ def test_a_paused_owner_finds_its_intent_committed_by_the_leader(location):
     group = CommitLog(store).read(a.record.sequence)
     assert [(m.job_id, m.verdict) for m in group.members] == [("a", COMMITTED), ("b", COMMITTED)]
     assert visible_jobs(store) == Counter({"base": 1, "rival": 1, "a": 1, "b": 1})
+    # The follower folded through the record that answered it: its process's next commit
+    # starts there, not where its own last look left it.
+    assert b_log._state.sequence == b.record.sequence
 
 
 def _orphan_intent(store, job: str, ranges, after: int, txn: Txn | None = None,
