@@ -149,7 +149,8 @@ class CommitLog(CommitLogReader):
         if kind not in KINDS:
             raise ValueError(f"commit kind must be one of {KINDS}, got '{kind}'")
         if look is not None and (kind != APPEND or at_sequence is not None or not group):
-            raise ValueError("a look made ahead serves only a grouped append")
+            raise ValueError("pass look= only to a grouped append (kind append, group=True, no "
+                             "at_sequence): a look made ahead serves no other commit")
         ranges = sorted(ranges, key=lambda r: (r.shard_id, r.first))
         rec = CommitRecord(sequence=0, kind=kind, job_id=job_id or uuid.uuid4().hex,
                            ranges=ranges,

@@ -29,6 +29,7 @@ from memwal_datasource.log.commit import (
     record_key,
 )
 from memwal_datasource.log.commit_reader import forget_folds
+from memwal_datasource.store import open_store
 from tests.helpers import DelegatingStore, FlakyStore
 
 SHARDS = ["shard-a", "shard-b", "shard-c"]
@@ -432,3 +433,11 @@ def test_append_at_an_exact_sequence_is_refused_when_taken(any_store):
     with pytest.raises(SequenceTaken):
         log.append(APPEND, [], at_sequence=3)
     assert log.append(APPEND, [], at_sequence=4).record.sequence == 4
+
+
+def test_a_look_made_ahead_is_refused_for_a_commit_it_cannot_serve(tmp_path):
+    log = CommitLog(open_store(str(tmp_path / "t.lance")))
+    look = log.look()
+    with pytest.raises(ValueError, match="pass look= only to a grouped append"):
+        log.append(APPEND, [], job_id="j", group=False, look=look)
+    assert log.append(APPEND, [], job_id="j", look=look).record.sequence == look.sequence
