@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
 from .. import hooks
+from ..errors import Fenced, WriterPoisoned
 from ..shard.leases import HeldLease, Holder, Leases, NoFreeShard
 from ..shard.writer_base import ShardWriter, WriterStats
 from ..store import beside, read_both
@@ -30,6 +31,24 @@ log = logging.getLogger(__name__)
 # A task without num_shards probes the pool this many slots at a time (no waiting).
 POOL_WINDOW = 16
 POOL_WINDOWS = 64
+# A continuing task keeps the rows it gave an unsettled kept writer (to write them
+# again should that writer turn out fenced) up to this many bytes, then settles early.
+UNSETTLED_BYTES = 64 << 20
+
+
+@dataclass
+class _Continuing:
+    """A kept writer an object store's task continues before its lease is proved.
+
+    ``taking`` is the lease put and, after it, the listing that proves it
+    (``True``: the task holds the shard). ``rows``: what the task gave the writer
+    meanwhile, written again to a newly leased writer if the kept one was fenced.
+    """
+
+    kept: KeptWriter
+    taking: Future[bool]
+    rows: list[pa.RecordBatch] = field(default_factory=list)
+    nbytes: int = 0
 
 
 class PoolShard:
@@ -61,10 +80,13 @@ class PoolShard:
         self.kept = False  # given back to the pool at close
         self._fenced: tuple[str, str | None] | None = None  # (shard, fence_of's answer)
         self._proof: Future[bool] | None = None  # a kept shard's lease listing, running
+        self._going: _Continuing | None = None  # continued, not settled yet (object stores)
+        self._schema: pa.Schema | None = None
+        self._settled = False  # a continued writer was fenced: this task continues no other
 
     def open(self, schema: pa.Schema) -> ShardWriter:
         """Take a kept writer, or lease a free shard of the pool and open a writer on it."""
-        t0 = time.perf_counter()
+        t0, self._schema = time.perf_counter(), schema
         if self.keepable:
             self.key = (self.opts.path, self.opts.writer_group, self.opts.num_shards,
                         tuple(sorted(self.opts.storage.items())), schema.to_string(),
@@ -77,6 +99,11 @@ class PoolShard:
                 if POOL:
                     POOL.drop_shard(self.shard)  # our claim fences it: never reuse it
                 break
+            if self._going is not None:  # continued at once: settled after its WAL PUT
+                self.writer = self._going.kept.writer
+                self.before = self.writer.stats()
+                self.open_s += time.perf_counter() - t1
+                return self.writer
             checked = self._fenced is not None and self._fenced[0] == self.shard
             kept = POOL.take(self.key, self.shard, self.leases.replaced.get(self.shard),
                              self.held, self.opts.table_stamp, checked=checked,
@@ -123,34 +150,125 @@ class PoolShard:
         """Lease ``shard`` right after the idle record of the writer this process keeps
         there (no read first: :meth:`Leases.take_after`), if that writer is of this
         task's table. ``False``: nothing held, lease as any task does."""
-        if not self.keepable or self.key is None:
+        if not self.keepable or self.key is None or self._settled:
             return False
         record = POOL.kept_record(self.key, shard, self.opts.table_stamp)
         if record is None:
             return False
-        # The kept writer's fence is checked while the shard is leased: on an object
-        # store one round trip for both (the fence check's verdict is as of a moment
-        # before our WAL PUT either way; see WriterPool.fence_of).
         key, store = self.key, self.leases.store
-        # On an object store the lease's listing runs beside the task's write when the
-        # kept writer is continued (nothing claims on a lease not proved; one not proved
-        # costs the writer, not the rows: see docs/protocol.md).
-        later = store.remote
-        lease, fenced = read_both(
-            store, lambda: self.leases.take_after(record, self.holder, prove_later=later),
-            lambda: POOL.fence_of(key, shard))
+        if store.remote:
+            # On an object store the writer is continued at once: the lease put (then
+            # its listing) runs beside the task's WAL PUT, and both are settled after
+            # it (:meth:`_settle`; docs/protocol.md, "Cheaper fence checks and lease
+            # writes").
+            kept = POOL.take_unproved(key, shard)
+            if kept is None:
+                return False
+            self._going = _Continuing(kept, beside(store, lambda: self._take(record)))
+            return True
+        # Elsewhere the kept writer's fence is checked as the shard is leased.
+        lease, fenced = read_both(store, lambda: self.leases.take_after(record, self.holder),
+                                  lambda: POOL.fence_of(key, shard))
         if fenced is not None:
             # Fenced for good: gone now, so that no later task checks it again.
             POOL.discard(key, shard, fenced)
         if lease is None:
             return False
-        if later and fenced is not None and not self.leases.prove_taken(lease, record):
-            return False  # not continued (fenced), so a claim follows: proved before it
         self._fenced = (shard, fenced)
         self._hold(lease)
-        if later and fenced is None:
-            self._proof = beside(store, lambda: self.leases.prove_taken(lease, record))
         return True
+
+    def _take(self, record) -> bool:
+        """The continuing task's lease: put right after ``record``, held (renewed) from
+        then on, and proved by the listing after it (an unproved one's record is deleted)."""
+        lease = self.leases.take_after(record, self.holder, prove_later=True)
+        if lease is None:
+            return False
+        self._hold(lease)
+        return self.leases.prove_taken(lease, record)
+
+    def put(self, batch: pa.RecordBatch, schema: pa.Schema) -> None:
+        """Write ``batch`` to this task's shard, leased (or continued) at the first one."""
+        writer = self.writer or self.open(schema)
+        going = self._going
+        if going is None:
+            writer.put(batch)
+            return
+        going.rows.append(batch)
+        going.nbytes += batch.get_total_buffer_size()
+        try:
+            writer.put(batch)
+        except (Fenced, WriterPoisoned):
+            pass  # settled below or at close, where the rows go to a writer opened anew
+        if going.nbytes >= UNSETTLED_BYTES:
+            self._settle(closing=False)
+
+    def _taken(self, going: _Continuing) -> bool:
+        """Whether the continuing task's lease was taken and proved."""
+        try:
+            return going.taking.result()
+        except Exception as exc:  # noqa: BLE001 - a store error: the lease is not proved
+            log.info("memwal: shard %s: could not take or prove its lease: %s",
+                     self.shard, exc)
+            return False
+
+    def _settle(self, closing: bool) -> bool:
+        """Settle a continued kept writer: its rows durable (a WAL PUT that collides
+        means it was fenced while kept), its lease proved or not, and, when
+        ``closing``, its fence checked after the PUT, beside the lease's listing.
+
+        ``True``: the task is closed (the writer kept, or let go with its rows
+        standing). ``False``: the task goes on with :attr:`writer`: the kept one
+        (its proof as :meth:`_proved` answers), or, if it was fenced before our
+        PUT, a writer leased anew with the rows written again. A fence check
+        failing after our PUT landed raises: the task fails.
+        """
+        going, self._going = self._going, None
+        writer, store = going.kept.writer, self.leases.store
+        try:
+            writer.flush()
+        except (Fenced, WriterPoisoned) as exc:  # no row of ours stands: write them anew
+            collided: Exception | None = exc
+        else:
+            collided = None
+        fence = beside(store, writer.check_fence) if collided is None and closing else None
+        proved = self._taken(going)
+        if collided is None and not closing:
+            self._proof = going.taking  # answered: close() reads it as any proof
+            return False
+        if collided is None:
+            fence.result()  # fenced after our PUT landed: never a message
+            if proved:
+                kept = KeptWriter(self.shard, writer, self.held, job_id=self.holder.job_id,
+                                  partition=self.holder.partition,
+                                  stamp=self.opts.table_stamp, store=store)
+                # The idle record goes off the task's path: whoever uses the lease next
+                # waits for it.
+                POOL.give_labelling(self.key, kept, beside(store, lambda: POOL.label_idle(kept)))
+                self.kept = True
+            else:
+                # Another holder took the shard as we took it. Correctness never rests
+                # on a lease: the fence decided that the rows stand; the writer is not
+                # kept, and let go without writing.
+                if self.held is not None:
+                    self.held.abandon()
+                self.held = None
+                writer.abort()
+            return True
+        log.info("memwal: the kept writer of shard %s was fenced while kept (%s); "
+                 "writing its rows anew", self.shard, collided)
+        writer.abort()
+        self.before = None
+        if not proved:  # leased anew, as a retry does: nothing claims on a lease not proved
+            if self.held is not None:
+                self.held.abandon()
+            self.held, self._settled = None, True
+            self.shard = self._lease_from_pool()
+            POOL.drop_shard(self.shard)  # our claim fences it: never reuse it
+        self.writer = open_shard(self.opts, self.shard, self._schema)
+        for batch in going.rows:
+            self.writer.put(batch)
+        return False
 
     def _proved(self) -> bool:
         """Wait for the kept shard's lease listing, if one runs: whether it proved the
@@ -266,6 +384,8 @@ class PoolShard:
         self.check()
         if self.writer is None:
             return
+        if self._going is not None and self._settle(closing=True):
+            return
         if self.keepable:
             self.writer.flush()
             proved = self._proved()
@@ -303,6 +423,12 @@ class PoolShard:
         """Release the lease (best effort: an unreleased one expires by itself); a kept
         writer keeps it."""
         t0 = time.perf_counter()
+        going, self._going = self._going, None
+        if going is not None and not self._taken(going):  # a task that failed unsettled
+            self._proof = None
+            if self.held is not None:
+                self.held.abandon()
+                self.held = None
         if not self._proved() and self.held is not None:
             self.held.abandon()  # its record was deleted: nothing of ours to release
         if self.held is not None and not self.kept:

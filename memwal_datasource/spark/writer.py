@@ -167,7 +167,7 @@ def write_task(opts: WriteOptions, schema: pa.Schema, batches: Iterator[pa.Recor
         for batch in batches:
             pool.check()
             if batch.num_rows:  # the pool's shard, leased at the first row
-                (pool.writer or pool.open(schema)).put(batch)
+                pool.put(batch, schema)
         t1 = time.perf_counter()
         pool.close()
     except BaseException:

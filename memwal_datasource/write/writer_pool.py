@@ -64,6 +64,7 @@ import logging
 import threading
 import time
 from collections.abc import Hashable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,6 +95,19 @@ class KeptWriter:
     store: ObjectStore | None = None  # where to check it
     last_used: float = field(default_factory=time.monotonic)
     opened: float = field(default_factory=time.monotonic)
+    # The idle lease record being written (WriterPool.give_labelling): its answer, as
+    # label_idle's, is taken before the record or the lease is used again.
+    labelling: Future[str | None] | None = None
+
+    def labelled(self) -> str | None:
+        """Wait for the idle record in flight, if any: why the lease was lost, or None."""
+        pending, self.labelling = self.labelling, None
+        if pending is None:
+            return None
+        try:
+            return pending.result()
+        except Exception as exc:  # noqa: BLE001 - not written: the lease is not ours to use
+            return str(exc) or type(exc).__name__
 
     def _table_check(self, check) -> bool:
         """``check()`` of this writer's table; False when the store cannot tell."""
@@ -119,6 +133,7 @@ class KeptWriter:
     def close(self) -> None:
         """Close the writer (durable, replay position moved), then let go of the lease;
         only let go if its table was deleted (and maybe made anew) meanwhile."""
+        self.labelled()  # the release follows the idle record, never races it
         if self.table_replaced():
             log.info("memwal: the table of the kept writer of shard %s was replaced at its "
                      "path; letting go without writing", self.shard)
@@ -135,6 +150,7 @@ class KeptWriter:
     def drop(self) -> None:
         """Let go without writing: another lease replaced ours (the writer's entries
         are durable and committed; the next claim moves the replay position past them)."""
+        self.labelled()
         self.held.abandon()
         self.writer.abort()
 
@@ -189,6 +205,7 @@ class WriterPool:
             kept = self._kept.pop((key, shard), None)
         if kept is None:
             return None
+        kept.labelled()
         ours = replaced is not None and replaced.lease_id == kept.held.lease.lease_id
         why = ("another holder came between" if not ours else
                "past its age" if time.monotonic() - kept.opened >= self.max_age_s else
@@ -202,12 +219,36 @@ class WriterPool:
         kept.held, kept.stamp = held, stamp
         return kept
 
+    def take_unproved(self, key: Hashable, shard: str) -> KeptWriter | None:
+        """The writer kept for ``key`` on ``shard``, taken before the task's lease is
+        proved or its fence checked (an object store's continuing task: the caller
+        settles both after its WAL PUT, see :mod:`memwal_datasource.spark.pool_shard`);
+        ``None`` if none is kept or it is past its age. Its idle lease stops renewing:
+        the task's put of the next generation replaces it."""
+        with self._lock:
+            kept = self._kept.pop((key, shard), None)
+        if kept is None:
+            return None
+        if time.monotonic() - kept.opened >= self.max_age_s:
+            log.info("memwal: not reusing the kept writer of shard %s (past its age)", shard)
+            kept.drop()
+            return None
+        kept.labelled()
+        kept.held.abandon()
+        return kept
+
     def kept_record(self, key: Hashable, shard: str, stamp: TableStamp | None) -> Lease | None:
         """The idle lease record of the writer kept for ``key`` on ``shard``, if it writes
         the table a planner read as ``stamp`` (a task may take the shard right after it)."""
         with self._lock:
             kept = self._kept.get((key, shard))
-        if kept is None or not kept.same_table(stamp):
+        if kept is None:
+            return None
+        lost = kept.labelled()
+        if lost is not None:
+            self.discard(key, shard, lost)
+            return None
+        if not kept.same_table(stamp):
             return None
         return kept.held.lease
 
@@ -269,6 +310,14 @@ class WriterPool:
                 self._reaper.start()
         if old is not None and old is not kept:
             old.drop()
+
+    def give_labelling(self, key: Hashable, kept: KeptWriter,
+                       labelling: Future[str | None]) -> None:
+        """Keep ``kept`` now, its idle record (:meth:`label_idle`) still in flight: the
+        record is off the task's path, and whoever uses the lease next waits for it
+        (:meth:`KeptWriter.labelled`; a lost lease drops the writer then)."""
+        kept.labelling = labelling
+        self.give(key, kept, labelled=True)
 
     def _reap(self) -> None:
         while not self._wake.wait(max(0.05, min(self.idle_s, 1.0))):
