@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from .. import hooks
 from ..config import ShardWriterConfig
-from ..errors import MemWalError, WriterStalled, raised_again
+from ..errors import Fenced, MemWalError, WriterStalled, raised_again
 from ..format.memwal import FieldId, encode_wal_buffer, wal_entry_schema
 from .wal import WalAppender
 from .writer_base import FlushTiming, ShardWriter, WriterStats, as_batches, check_schema
@@ -326,7 +326,10 @@ class WalOnlyShardWriter(ShardWriter):
             if self._error is None:
                 self._error = exc
             self._cond.notify_all()
-        log.error("shard %s: WAL flush failed: %s", self.shard_id, exc)
+        # A fenced writer is the protocol working (a newer epoch took the shard; its
+        # caller decides what that costs): not an error of this writer's.
+        (log.info if isinstance(exc, Fenced) else log.error)(
+            "shard %s: WAL flush failed: %s", self.shard_id, exc)
 
     def _landed(self, fut: futures.Future, take: list[_Pending], size: int,
                 started: float) -> None:
