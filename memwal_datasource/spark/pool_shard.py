@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from .. import hooks
 from ..errors import Fenced, WriterPoisoned
-from ..shard.leases import HeldLease, Holder, Leases, NoFreeShard
+from ..shard.leases import HeldLease, Holder, Lease, Leases, NoFreeShard
 from ..shard.writer_base import ShardWriter, WriterStats
 from ..store import beside, read_both
 from ..write.writer_pool import POOL, KeptWriter
@@ -46,6 +46,7 @@ class _Continuing:
     """
 
     kept: KeptWriter
+    record: Lease  # the kept writer's idle record, which the task's lease follows
     taking: Future[bool]
     rows: list[pa.RecordBatch] = field(default_factory=list)
     nbytes: int = 0
@@ -164,7 +165,7 @@ class PoolShard:
             kept = POOL.take_unproved(key, shard)
             if kept is None:
                 return False
-            self._going = _Continuing(kept, beside(store, lambda: self._take(record)))
+            self._going = _Continuing(kept, record, beside(store, lambda: self._take(record)))
             return True
         # Elsewhere the kept writer's fence is checked as the shard is leased.
         lease, fenced = read_both(store, lambda: self.leases.take_after(record, self.holder),
@@ -219,9 +220,10 @@ class PoolShard:
 
         ``True``: the task is closed (the writer kept, or let go with its rows
         standing). ``False``: the task goes on with :attr:`writer`: the kept one
-        (its proof as :meth:`_proved` answers), or, if it was fenced before our
-        PUT, a writer leased anew with the rows written again. A fence check
-        failing after our PUT landed raises: the task fails.
+        (its proof as :meth:`_proved` answers), or, if another epoch claimed the
+        shard before our PUT or before the fence check after it, a writer leased
+        anew with the rows written again (what the fenced writer wrote is never
+        named by a commit record: uncommitted, as a failed attempt's).
         """
         going, self._going = self._going, None
         writer, store = going.kept.writer, self.leases.store
@@ -236,8 +238,14 @@ class PoolShard:
         if collided is None and not closing:
             self._proof = going.taking  # answered: close() reads it as any proof
             return False
+        if fence is not None:
+            try:
+                fence.result()
+            except (Fenced, WriterPoisoned) as exc:
+                # A claim came while we wrote: a rival that took the shard as we did (our
+                # lease put lost, or not proved yet). Its claim does not fail the task.
+                collided = exc
         if collided is None:
-            fence.result()  # fenced after our PUT landed: never a message
             if proved:
                 kept = KeptWriter(self.shard, writer, self.held, job_id=self.holder.job_id,
                                   partition=self.holder.partition,
@@ -255,10 +263,12 @@ class PoolShard:
                 self.held = None
                 writer.abort()
             return True
-        log.info("memwal: the kept writer of shard %s was fenced while kept (%s); "
-                 "writing its rows anew", self.shard, collided)
+        log.info("memwal: the kept writer of shard %s was fenced (%s); writing its rows "
+                 "anew", self.shard, collided)
         writer.abort()
         self.before = None
+        if proved:  # proved before the claim we met, maybe: a claim follows, so prove it again
+            proved = self._still_ours(going.record)
         if not proved:  # leased anew, as a retry does: nothing claims on a lease not proved
             if self.held is not None:
                 self.held.abandon()
@@ -269,6 +279,16 @@ class PoolShard:
         for batch in going.rows:
             self.writer.put(batch)
         return False
+
+    def _still_ours(self, record: Lease) -> bool:
+        """A fresh listing: whether the task's lease, put right after ``record``, still
+        holds the shard (a rival that took it over since claimed: we must not fence it)."""
+        try:
+            return self.held is not None and self.leases.prove_taken(self.held.lease, record)
+        except Exception as exc:  # noqa: BLE001 - a store error: the lease is not proved
+            log.info("memwal: shard %s: could not list its lease generations: %s",
+                     self.shard, exc)
+            return False
 
     def _proved(self) -> bool:
         """Wait for the kept shard's lease listing, if one runs: whether it proved the
