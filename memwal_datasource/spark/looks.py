@@ -11,6 +11,11 @@ otherwise.
 
 Looks are kept here, by job id, because the writer object is pickled to the
 executors; a job that neither commits nor aborts leaves at most :data:`KEPT`.
+Only where the commit runs in the process that planned the job (the writer's
+code called in-process, as the benchmarks' in-process appends do): Spark plans
+a write in one kind of Python worker and commits it in another, so in a Spark
+worker no look is made ahead (it would cost its requests for nothing) and the
+commit looks for itself.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from concurrent.futures import Future
 from ..log.commit import CommitLog, Look
 from ..store import beside, open_store
 from .options import WriteOptions
+from .worker_heap import in_spark_worker
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +40,7 @@ _LOCK = threading.Lock()
 
 def start(job_id: str, opts: WriteOptions) -> None:
     """Start job ``job_id``'s commit look, on an object store, for an unsharded table."""
-    if opts.sharding is not None:
+    if opts.sharding is not None or in_spark_worker():
         return
     try:
         commits = CommitLog(open_store(opts.path, opts.storage))

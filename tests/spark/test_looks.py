@@ -99,3 +99,18 @@ def test_no_look_is_kept_on_local_disk_or_for_an_overwrite(tmp_path):
     one_job(first, table, [1])
     w = MemWalBatchWriter(WriteOptions.parse({"path": uri}), table, overwrite=False)
     assert looks.take(w.job_id) is None
+
+
+def test_no_look_is_made_ahead_in_a_spark_worker(proxied_s3_table, monkeypatch):
+    """Spark plans a write in one kind of Python worker and commits it in another: a look
+    made in the planner would never be used, so none is made (no request), and the
+    commit looks for itself."""
+    uri, opts = proxied_s3_table
+    first, table = job_writer(uri, opts)
+    one_job(first, table, [1])
+    monkeypatch.setattr(looks, "in_spark_worker", lambda: True)
+    w = MemWalBatchWriter(WriteOptions.parse({"path": uri, **{
+        f"storage.{k}": v for k, v in opts.items()}}), table, overwrite=False)
+    assert looks.take(w.job_id) is None
+    w.commit([_task(w, table, [2])])
+    assert _ids(uri, opts) == [1, 2]
