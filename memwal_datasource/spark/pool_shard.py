@@ -419,7 +419,8 @@ class PoolShard:
                 try:
                     self.writer.check_fence()
                 finally:
-                    self.held.abandon()
+                    if self.held is not None:  # None: our put lost to theirs, nothing held
+                        self.held.abandon()
                     self.writer.abort()
                 return
             kept = KeptWriter(self.shard, self.writer, self.held, job_id=self.holder.job_id,

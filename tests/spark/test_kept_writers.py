@@ -537,3 +537,27 @@ def test_a_long_continuing_task_settles_its_writer_early_and_loses_no_row(
     assert sorted(read_table(uri, opts).column("id").to_pylist()) == sorted(
         [1, *(10 + i for i in range(4)), *(20 + i for i in range(4))])
     assert len(POOL) == 1
+
+
+@pytest.mark.parametrize("backend", ["s3"])
+def test_a_long_task_whose_lease_put_lost_keeps_its_rows_and_lets_the_writer_go(
+        location, monkeypatch):
+    """Two actors: while this process kept a writer, another took the shard's lease and
+    released it without claiming. A long task (settling early) continues the kept writer
+    at once; its lease put loses to the other's generation, so it never holds the lease.
+    The fence held, so its rows stand; the writer is not kept."""
+    from memwal_datasource.spark import pool_shard
+
+    monkeypatch.setattr(pool_shard, "UNSETTLED_BYTES", 1)
+    uri, opts = location
+    writer, table = job_writer(uri, opts)
+    first = one_job(writer, table, [1])
+    leases = Leases(open_store(uri, opts))
+    leases.release(leases.try_acquire(first.shard_id, Holder("another job", 0)))
+    batches = [rows([10 + i]) for i in range(3)]
+    msg = write_task(writer.opts, table, iter(batches), TaskJob.new(), partition=0,
+                     attempt=0)
+    assert (msg.shard_id, msg.epoch, msg.rows) == (first.shard_id, first.epoch, 3)
+    writer.commit([msg])
+    assert sorted(read_table(uri, opts).column("id").to_pylist()) == [1, 10, 11, 12]
+    assert len(POOL) == 0
