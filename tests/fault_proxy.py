@@ -213,12 +213,14 @@ class FaultProxy:
                 and (key_pattern is None or re.search(key_pattern, r.path))
                 and (forwarded is None or r.forwarded == forwarded)]
 
-    def round_trips(self) -> int:
-        """Round trips in the requests recorded so far: the groups of requests that were
-        in flight together (one that starts after every earlier one finished opens a
-        new group). Requests without a relayed reply are left out."""
+    def round_trips(self, before: float | None = None) -> int:
+        """Round trips in the requests recorded so far (that started before ``before``,
+        a ``time.monotonic()`` reading, if given): the groups of requests that were in
+        flight together (one that starts after every earlier one finished opens a new
+        group). Requests without a relayed reply are left out."""
         with self._lock:
-            spans = sorted((r.started, r.finished) for r in self._log if r.finished is not None)
+            spans = sorted((r.started, r.finished) for r in self._log if r.finished is not None
+                           and (before is None or r.started < before))
         trips, end = 0, None
         for start, finish in spans:
             if end is None or start >= end:

@@ -16,6 +16,7 @@ from memwal_datasource.spark.options import WriteOptions
 from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_task
 from memwal_datasource.store import open_store
 from memwal_datasource.table.view import read_table
+from memwal_datasource.write.writer_pool import POOL
 from tests.spark.test_kept_writers import job_writer, one_job, rows
 
 
@@ -28,7 +29,12 @@ def _driver(uri, opts, table) -> MemWalBatchWriter:
 
 
 def _task(w: MemWalBatchWriter, table, ids, partition=0):
-    return write_task(w.opts, table, iter([rows(ids)]), TaskJob.new(), partition=partition)
+    """The task's message, once its kept writer's idle lease record (written after the
+    task returns) has landed: the commit's requests are then the commit's alone."""
+    msg = write_task(w.opts, table, iter([rows(ids)]), TaskJob.new(), partition=partition)
+    for kept in list(POOL._kept.values()):
+        kept.labelled()
+    return msg
 
 
 def _ids(uri, opts) -> list[int]:
