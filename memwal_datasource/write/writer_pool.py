@@ -201,14 +201,12 @@ class WriterPool:
         With ``checked``, ``fenced`` is :meth:`fence_of`'s answer, made while the
         task leased the shard; without, the fence is checked here.
         """
-        with self._lock:
-            kept = self._kept.pop((key, shard), None)
+        kept = self._pop(key, shard)
         if kept is None:
             return None
-        kept.labelled()
         ours = replaced is not None and replaced.lease_id == kept.held.lease.lease_id
         why = ("another holder came between" if not ours else
-               "past its age" if time.monotonic() - kept.opened >= self.max_age_s else
+               "past its age" if self._past_age(kept) else
                "the table was replaced at its path" if not kept.same_table(stamp)
                else fenced if checked else _fenced(kept))
         if why is not None:
@@ -225,17 +223,27 @@ class WriterPool:
         settles both after its WAL PUT, see :mod:`memwal_datasource.spark.pool_shard`);
         ``None`` if none is kept or it is past its age. Its idle lease stops renewing:
         the task's put of the next generation replaces it."""
-        with self._lock:
-            kept = self._kept.pop((key, shard), None)
+        kept = self._pop(key, shard)
         if kept is None:
             return None
-        if time.monotonic() - kept.opened >= self.max_age_s:
+        if self._past_age(kept):
             log.info("memwal: not reusing the kept writer of shard %s (past its age)", shard)
             kept.drop()
             return None
-        kept.labelled()
         kept.held.abandon()
         return kept
+
+    def _pop(self, key: Hashable, shard: str) -> KeptWriter | None:
+        """Take the writer kept for ``key`` on ``shard`` out of the pool, its idle record
+        landed (or its loss known)."""
+        with self._lock:
+            kept = self._kept.pop((key, shard), None)
+        if kept is not None:
+            kept.labelled()
+        return kept
+
+    def _past_age(self, kept: KeptWriter) -> bool:
+        return time.monotonic() - kept.opened >= self.max_age_s
 
     def kept_record(self, key: Hashable, shard: str, stamp: TableStamp | None) -> Lease | None:
         """The idle lease record of the writer kept for ``key`` on ``shard``, if it writes
