@@ -206,8 +206,12 @@ class PoolShard:
 
     def _taken(self, going: _Continuing) -> bool:
         """Whether the continuing task's lease was taken and proved."""
+        return self._answer(going.taking)
+
+    def _answer(self, proof: Future[bool]) -> bool:
+        """A lease proof's answer; a proof that failed (a store error) proves nothing."""
         try:
-            return going.taking.result()
+            return proof.result()
         except Exception as exc:  # noqa: BLE001 - a store error: the lease is not proved
             log.info("memwal: shard %s: could not take or prove its lease: %s",
                      self.shard, exc)
@@ -294,14 +298,7 @@ class PoolShard:
         """Wait for the kept shard's lease listing, if one runs: whether it proved the
         lease (a listing that failed proves nothing)."""
         proof, self._proof = self._proof, None
-        if proof is None:
-            return True
-        try:
-            return proof.result()
-        except Exception as exc:  # noqa: BLE001 - a store error: the lease is not proved
-            log.info("memwal: shard %s: could not list its lease generations: %s",
-                     self.shard, exc)
-            return False
+        return proof is None or self._answer(proof)
 
     def _lease_kept_instead(self, home: str, pool: list[str] | None = None) -> str | None:
         """Where this process keeps no writer on ``home``, a shard it keeps one on for
