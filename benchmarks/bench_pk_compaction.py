@@ -1,9 +1,11 @@
 """Compacting 200k upserts into a large base vs a plain Lance ``merge_insert``.
 
-Bases of 1M, 10M, 30M rows (key ``id`` with a BTREE, built untimed, copied per repeat);
-upserts (half updates, half inserts) go to the WAL by 4 appends, then ``compact(uri)`` is
-timed vs ``merge_insert("id")`` of the same rows into plain Lance (also forced to scan the
-key, and a plain append: the floor). Sustained: 32 x 200k into 10M, a round each.
+Bases of 1M, 10M, 30M rows (key ``id``, copied per repeat); upserts are half updates of
+keys drawn uniformly from the whole base, half inserts. They go to the WAL by 4 appends,
+then ``compact(uri)`` is timed vs ``merge_insert("id")`` of the same rows into plain Lance
+with a BTREE on the key (also forced to scan the key, and a plain append: the floor).
+memwal's base keeps the key index its own first compaction built (untimed). Sustained:
+32 x 200k into 10M, a round each.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import os
 import shutil
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_datasource import compact
 
@@ -34,7 +38,23 @@ def _base(uri: str, rows: int, memwal: bool) -> None:
               for b in h.arrow_rows(s, min(1_000_000, rows - s)).to_batches())
     ds = lance.write_dataset(pa.RecordBatchReader.from_batches(h.SCHEMA, chunks), uri,
                              mode="append" if memwal else "create")
-    ds.create_scalar_index("id", "BTREE")  # as compaction keeps it, a merge_insert user too
+    if memwal:  # the key index the table builds and keeps: its first compaction's
+        h.inproc_append(uri, h.arrow_rows(0, 1), enable_memtable="false")
+        compact(uri)
+        assert any(i.field_names == ["id"] for i in lance.dataset(uri).describe_indices())
+    else:
+        ds.create_scalar_index("id", "BTREE")  # as a merge_insert user would
+
+
+def _upserts(base: int, upserts: int, i: int) -> pa.Table:
+    """Batch ``i``: updates of keys drawn uniformly from the base, then new keys."""
+    rng = np.random.default_rng(i)
+    ids = np.concatenate([rng.choice(base, upserts // 2, replace=False),
+                          np.arange(base + i * upserts // 2, base + (i + 1) * upserts // 2)])
+    rng.shuffle(ids)
+    ids = pa.array(ids, pa.int64())
+    return pa.table([ids, pc.binary_join_element_wise(pc.cast(ids, pa.string()), "upd", "-"),
+                     pc.multiply(pc.cast(ids, pa.float64()), 0.002)], schema=h.SCHEMA)
 
 
 def _copy(src: str, dst: str) -> str:
@@ -55,8 +75,7 @@ def _case(ctx: h.Ctx, base: int, upserts: int, rounds: int = 1) -> dict[str, Any
     srcs = {MEMWAL: str(root / "memwal.lance"), LANCE: str(root / "lance.lance")}
     secs = h.seconds(lambda: [_base(src, base, name == MEMWAL) for name, src in srcs.items()])
     ctx.log(f"  base of {base:,} rows built twice in {secs:.0f} s")
-    batches = [h.arrow_rows(base - upserts // 2 + i * upserts // 2, upserts)
-               for i in range(rounds)]
+    batches = [_upserts(base, upserts, i) for i in range(rounds)]
     parts, total, final = 4 if rounds == 1 else 1, upserts * rounds, base + rounds * upserts // 2
 
     def timed(body, src: str = LANCE):

@@ -79,7 +79,13 @@ from ..log.rounds import (
 )
 from ..store import put_resolved
 from ..table.view import TOMBSTONE, TableView, last_per_key
-from .merge_join import join_source, joins_by_scan, maintain_key_index, out_of_memory, too_large
+from .merge_join import (
+    join_source,
+    maintain_key_index,
+    out_of_memory,
+    round_joins_by_scan,
+    too_large,
+)
 
 log = logging.getLogger(__name__)
 
@@ -277,8 +283,8 @@ def commit_round(table: TableView, rnd: CompactionRound, rows: pa.Table, deleted
         source = _keyed(rows, rnd.number, ds.schema)
         if overwrite:
             builder = builder.when_not_matched_by_source_delete()
-    if joins_by_scan(ds.count_rows(), source.num_rows):
-        builder = builder.use_index(False)  # the base is small next to the round: scan it
+    if round_joins_by_scan(table, ds, source, pk or [ROW_KEY]):
+        builder = builder.use_index(False)  # cheaper than probing the key's BTREE
     else:
         source = join_source(source)
     recorded = compacted_generations(table.store, ds.version)

@@ -179,7 +179,7 @@ def test_a_round_folds_the_key_index_only_when_due(pk_table, fold, monkeypatch):
     import importlib
 
     merge_join = importlib.import_module("memwal_datasource.maintenance.merge_join")
-    monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1)
+    monkeypatch.setattr(merge_join, "joins_by_scan", lambda *a, **k: False)
     monkeypatch.setattr(merge_join, "INDEX_FOLD", 1e-9 if fold else 1e9)
     uri, opts = pk_table
     table = TableView(uri, opts)
@@ -196,14 +196,14 @@ def test_a_round_folds_the_key_index_only_when_due(pk_table, fold, monkeypatch):
 @pytest.mark.parametrize("join", ["index", "scan"])
 def test_rounds_join_by_index_or_by_scan_alike(pk_table, join, monkeypatch):
     """A round joins its rows to the base through the key's BTREE (a base large next to
-    the round) or by scanning the key column (a small one, ``SCAN_JOIN_MAX_RATIO``): the
-    same table either way, and the first round builds the index either way."""
+    the round, its keys in few pages) or by scanning the key column (``joins_by_scan``):
+    the same table either way, and the first round builds the index either way."""
     import importlib
 
     from lance.dataset import MergeInsertBuilder
 
     merge_join = importlib.import_module("memwal_datasource.maintenance.merge_join")
-    monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1 if join == "index" else 10**9)
+    monkeypatch.setattr(merge_join, "joins_by_scan", lambda *a, **k: join == "scan")
     scans: list[bool] = []
     use_index = MergeInsertBuilder.use_index
     monkeypatch.setattr(MergeInsertBuilder, "use_index",
@@ -231,7 +231,7 @@ def test_a_large_batch_joins_through_the_index_within_lances_memory_pool(pk_tabl
     import importlib
 
     merge_join = importlib.import_module("memwal_datasource.maintenance.merge_join")
-    monkeypatch.setattr(merge_join, "SCAN_JOIN_MAX_RATIO", -1)  # always the index
+    monkeypatch.setattr(merge_join, "joins_by_scan", lambda *a, **k: False)  # the index
     uri, opts = pk_table
     table = TableView(uri, opts)
     write(uri, opts, new_shard(), [batch(range(10), "a")])
