@@ -174,6 +174,12 @@ class ObjectStore(ABC):
         ms = self.modified_ms(key)
         return None if ms is None else f"ms:{ms}"
 
+    def list_tagged(self, prefix: str) -> dict[str, str] | None:
+        """Every key under the directory ``prefix`` with its :meth:`version_tag`, from the
+        one listing :meth:`list` makes (object stores list ETags, times and sizes);
+        ``None`` where a listing carries no tags (then ask :meth:`version_tag`)."""
+        return None
+
     def now_ms(self) -> int:
         """The store's clock now (ms): the modification time of a probe written now.
 

@@ -231,6 +231,14 @@ class ObstoreOptions:
                               f"'{endpoint_key}' is plain http ({scrub_url(endpoint)})")
 
 
+def _tag(meta) -> str:
+    """A version tag from an object's metadata, a HEAD's or a listing's alike: ETag,
+    last modified (whole seconds: a listing may carry more precision than a HEAD), size.
+    Azure quotes a HEAD's ETag and not a listing's: the quotes are dropped."""
+    etag = (meta.get("e_tag") or "").strip('"')
+    return f"{etag}:{int(meta['last_modified'].timestamp())}:{meta['size']}"
+
+
 class ObstoreStore(ObjectStore):
     """An :class:`ObjectStore` over one obstore client; subclasses name the backend.
 
@@ -356,7 +364,18 @@ class ObstoreStore(ObjectStore):
             meta = self._call(key, lambda st, path: obstore.head(st, path))
         except FileNotFoundError:
             return None
-        return f"{meta.get('e_tag')}:{meta['last_modified'].timestamp()}:{meta['size']}"
+        return _tag(meta)
+
+    def list_tagged(self, prefix: str) -> dict[str, str] | None:
+        """One listing of the directory ``prefix``: keys and their :meth:`version_tag`."""
+        import obstore  # lazy (module docstring)
+
+        base = self._key(prefix).rstrip("/") or None
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        metas = self._call(prefix, lambda client, _path: [
+            meta for batch in obstore.list(client, base) for meta in batch], listing=True)
+        return {m["path"][strip:]: _tag(m) for m in metas if m["path"].startswith(full)}
 
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix``; a prefix that is not a whole directory

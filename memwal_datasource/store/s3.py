@@ -184,7 +184,8 @@ class S3Store(ObjectStore):
             raise  # unreachable; keeps type checkers honest
 
     def _head(self, key: str) -> tuple[int, int, str] | None:
-        """(size, last-modified ms on the server's clock, ETag), or ``None`` if absent."""
+        """(size, last-modified ms on the server's clock, ETag), or ``None`` if absent.
+        (S3's Last-Modified header has seconds.)"""
         try:
             if obstore_usable():
                 import obstore  # lazy (module docstring)
@@ -216,7 +217,32 @@ class S3Store(ObjectStore):
 
     def version_tag(self, key: str) -> str | None:
         meta = self._head(key)
-        return None if meta is None else f"{meta[2]}:{meta[1]}:{meta[0]}"
+        return None if meta is None else _tag(meta[2], meta[1] // 1000, meta[0])
+
+    def list_tagged(self, prefix: str) -> dict[str, str] | None:
+        """One listing of the directory ``prefix``: keys and their :meth:`version_tag`
+        (a listing's times have milliseconds, a HEAD's seconds: both count seconds)."""
+        full, strip = self._key(prefix), len(self.prefix) + 1 if self.prefix else 0
+        found: dict[str, str] = {}
+        if obstore_usable():
+            import obstore  # lazy (module docstring)
+
+            metas = self._obstore_call(prefix, lambda st, path: [
+                meta for batch in obstore.list(st, path.rstrip("/")) for meta in batch])
+            for meta in metas:
+                if meta["path"].startswith(full):
+                    found[meta["path"][strip:]] = _tag(
+                        meta.get("e_tag"), int(meta["last_modified"].timestamp()), meta["size"])
+            return found
+        try:
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=full):
+                for obj in page.get("Contents", []):
+                    found[obj["Key"][strip:]] = _tag(
+                        obj.get("ETag"), int(obj["LastModified"].timestamp()), obj["Size"])
+        except Exception as exc:  # noqa: BLE001
+            self._raise(exc, prefix)
+        return found
 
     def list(self, prefix: str) -> Iterator[str]:
         full = self._key(prefix)
@@ -307,6 +333,11 @@ class S3Store(ObjectStore):
                         f"{self._endpoint_name()}"
                     ) from None
             self._raise(exc, "")
+
+
+def _tag(etag: str | None, seconds: int, size: int) -> str:
+    """A version tag: ETag (unquoted), last modified (seconds), size."""
+    return f"{(etag or '').strip(chr(34))}:{seconds}:{size}"
 
 
 def obstore_error(exc: BaseException, *, where: str, bucket: str, endpoint: str,

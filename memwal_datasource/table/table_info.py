@@ -35,7 +35,7 @@ from ..errors import without_native_locations
 from ..format.memwal import FieldId
 from ..format.table_schema import primary_key_of
 from ..options import lance_storage_options
-from ..store import ObjectStore, open_store, read_both
+from ..store import ObjectStore, open_store
 from .sharding import Sharding, spec_of
 from .view import field_ids, open_table
 
@@ -52,9 +52,6 @@ _CACHE_SIZE = 64
 
 _cache: dict[tuple[str, int, str | None], TableInfo] = {}
 _lock = threading.Lock()
-# uri: the latest manifest this process last listed there, ``(version, key)``: a warm
-# planner reads its tag beside the listing (see _latest_and_tag).
-_latest_seen: dict[str, tuple[int, str]] = {}
 
 
 def manifest_version(key: str) -> int | None:
@@ -285,7 +282,7 @@ def describe_table(uri: str, storage: Mapping[str, str] | None = None, *,
     its description for later planners.
     """
     store = store or open_store(uri, storage)
-    latest, tag = _latest_and_tag(uri, store)
+    latest, tag = _latest_and_tag(store)
     if latest is None:
         return None
     version, key = latest
@@ -306,36 +303,21 @@ def describe_table(uri: str, storage: Mapping[str, str] | None = None, *,
     return info
 
 
-def _latest_and_tag(uri: str, store: ObjectStore) -> tuple[tuple[int, str] | None, str | None]:
+def _latest_and_tag(store: ObjectStore) -> tuple[tuple[int, str] | None, str | None]:
     """The latest manifest (:func:`latest_manifest`) and its version tag.
 
-    A planner that listed this table before reads the tag of the manifest that was
-    latest then beside the listing (:func:`~memwal_datasource.store.read_both`: one
-    round trip on an object store, not two): appends through MemWAL make no Lance
-    version, so it is usually still the latest. Otherwise the new latest one's tag is
-    read after the listing. Either read may see the store first; both read immutable
-    objects (a version's manifest is never rewritten, only removed, or made anew with
-    a table at the same path, which the tag tells apart), so the answer is a version
-    and tag that were both there, as the reads one after the other give.
+    On a store whose listings carry tags (S3, GCS, Azure), one listing answers both;
+    elsewhere (local disk, memory: no round trips) the tag is read after the listing.
+    A version's manifest is never rewritten, only removed, or made anew with a table at
+    the same path, which the tag tells apart.
     """
-    with _lock:
-        guess = _latest_seen.get(uri)
-    if guess is None:
+    tagged = store.list_tagged(f"{VERSIONS_DIR}/")
+    if tagged is None:
         latest = latest_manifest(store)
-        tag = store.version_tag(latest[1]) if latest is not None else None
-    else:
-        latest, tag = read_both(store, lambda: latest_manifest(store),
-                                lambda: store.version_tag(guess[1]))
-        if latest is not None and latest != guess:
-            tag = store.version_tag(latest[1])
-    with _lock:
-        if latest is None:
-            _latest_seen.pop(uri, None)
-        else:
-            if len(_latest_seen) >= _CACHE_SIZE and uri not in _latest_seen:
-                _latest_seen.pop(next(iter(_latest_seen)))
-            _latest_seen[uri] = latest
-    return latest, tag
+        return latest, None if latest is None else store.version_tag(latest[1])
+    latest = max(((v, k) for k in tagged if (v := manifest_version(k)) is not None),
+                 default=None)
+    return latest, None if latest is None else tagged[latest[1]]
 
 
 def remember_info(uri: str, info: TableInfo) -> None:

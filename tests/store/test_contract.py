@@ -138,3 +138,16 @@ def test_version_tag_tells_an_object_written_anew(any_store):
     # Anew, at once; a new table's manifest carries its own commit time.
     any_store.put_if_absent("v/one", b"manifest, committed at t2")
     assert any_store.version_tag("v/one") not in (None, first)
+
+
+def test_a_listing_tags_keys_as_version_tag_does(any_store):
+    """``list_tagged`` (one listing, where the store lists tags) gives every key of the
+    directory the tag :meth:`version_tag` gives it, so a planner can take either."""
+    for key in ("d/a.manifest", "d/sub/b.manifest", "other/c"):
+        any_store.put_if_absent(key, key.encode())
+    tagged = any_store.list_tagged("d/")
+    if not any_store.remote:  # local disk and memory answer HEADs at no round trip
+        assert tagged is None
+        return
+    assert tagged == {k: any_store.version_tag(k) for k in ("d/a.manifest", "d/sub/b.manifest")}
+    assert any_store.list_tagged("absent/") == {}
