@@ -90,7 +90,8 @@ def round_joins_by_scan(table: TableView, ds, source: pa.Table, key: list[str]) 
             pages = sum(_pages_touched(_page_bounds(table, seg.uuid), keys)
                         for seg in index.segments)
             return joins_by_scan(base_rows, round_rows, pages, unindexed)
-    except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, pa.ArrowException) as exc:
+        # Only the join's speed depends on it (keys numpy cannot order, a changed layout).
         log.info("memwal compaction: could not read the key index's pages of %s (the round "
                  "scans the key column instead): %s", table.uri, exc)
     return joins_by_scan(base_rows, round_rows, None)
