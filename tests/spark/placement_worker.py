@@ -1,8 +1,9 @@
-"""A stand-in Spark Python worker for tests/spark/test_kept_writer_placement.py.
+"""A stand-in Spark Python worker for the kept-writer placement and kill tests.
 
 A spawned process that runs one first-attempt task of partition 0 per command
 (as a reused Python worker runs ``write_task``, then the driver's commit) and
-keeps its writers between commands, as a worker does.
+keeps its writers between commands, as a worker does. :class:`Worker` is the
+test's handle on one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,26 @@ from memwal_datasource.spark.writer import MemWalBatchWriter, TaskJob, write_tas
 from memwal_datasource.write.writer_pool import POOL
 
 SCHEMA = pa.schema([("id", pa.int64())])
+
+
+class Worker:
+    """A spawned :func:`serve` process, driven through a pipe."""
+
+    def __init__(self, ctx, uri: str, opts: dict[str, str], options: dict[str, str]):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(uri, opts, child), kwargs=options)
+        self.proc.start()
+
+    def append(self, ids) -> tuple:
+        """``ids`` appended by one job; or ``(ids, job, attempt, commit)``."""
+        self.conn.send(ids)
+        assert self.conn.poll(120), "the worker answered"
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send(None)
+        assert self.conn.poll(120) and self.conn.recv() == "closed"
+        self.proc.join(60)
 
 
 def serve(uri: str, opts: dict[str, str], conn, **options: str) -> None:

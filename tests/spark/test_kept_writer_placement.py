@@ -21,25 +21,7 @@ from memwal_datasource.spark.writer import TaskJob
 from memwal_datasource.store import open_store
 from memwal_datasource.table.view import create_table, read_table
 from tests.spark import placement_worker
-
-
-class Worker:
-    def __init__(self, ctx, uri: str, opts: dict[str, str], options: dict[str, str]):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=placement_worker.serve, args=(uri, opts, child),
-                                kwargs=options)
-        self.proc.start()
-
-    def append(self, ids) -> tuple:
-        """``ids`` appended by one job; or ``(ids, job, attempt, commit)``."""
-        self.conn.send(ids)
-        assert self.conn.poll(120), "the worker answered"
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        self.conn.send(None)
-        assert self.conn.poll(120) and self.conn.recv() == "closed"
-        self.proc.join(60)
+from tests.spark.placement_worker import Worker
 
 
 @pytest.mark.parametrize("options", [{}, {"num_shards": "2"}], ids=["pool", "num_shards"])
