@@ -431,6 +431,14 @@ class CommitLog(CommitLogReader):
                 return self._holder_remembered(intent, upto)
         at = self._holders.get(intent.intent_id)
         if at is None or not intent.after < at <= upto:
+            # A record of the window read since the last listing may be a stray that a
+            # stalled PUT left in a number gc released, where the record holding the
+            # intent was: when the window reaches the released boundary (listed now),
+            # the checkpoints say which intents its records held.
+            window = range(intent.after + 1, upto + 1)
+            if any(s in self._unverified for s in window) and \
+                    intent.after < self.boundary(refresh=True):
+                return self._holder_remembered(intent, upto)
             return ()
         if at <= self.boundary(refresh=True):
             # A stray (never a record), or a record gc has since released.

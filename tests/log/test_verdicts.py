@@ -260,6 +260,43 @@ def test_a_follower_never_takes_its_verdict_from_a_stray(location):
     assert [r.shard_id for r in CommitLog(open_store(*location)).visible()].count("b") == 1
 
 
+def test_a_stray_in_a_released_number_does_not_hide_the_record_that_held_an_intent(
+        location):
+    """Record 3, a leader's group record, committed B's intent; a collection released it
+    and a stalled committer's PUT left a stray (another body) at 3. B, reading its
+    window, finds no record holding its intent there: it lists the boundary and the
+    checkpoint answers committed at 3 (it used to lead and commit its rows again)."""
+    store = open_store(*location)
+    for job in ("base1", "base2"):
+        CommitLog(store).append(APPEND, [rng(job)], job_id=job, group=False)
+    _pending_intent(store, after=2)
+
+    def held_then_released(intent_id):
+        forget_folds()
+        real3 = CommitLog(open_store(*location)).append(
+            APPEND, [rng("c")], job_id="c", group=False).record
+        part = real3.parts()[0]
+        group3 = replace(real3, job_id="leader", ranges=[rng("b"), rng("c")], members=[
+            replace(part, job_id="c"),
+            replace(part, job_id="b", intent_id=intent_id, ranges=[rng("b")])])
+        store.delete(record_key(3))
+        store.put(record_key(3), group3.to_json())  # as the leader stored it
+        forget_folds()
+        others = CommitLog(open_store(*location))
+        others.append(APPEND, [rng("d")], job_id="d", group=False)
+        others.checkpoint()  # folds record 3: remembers that it answered B's intent
+        store.put(released_key(3), b"{}")
+        store.delete(record_key(3))
+        store.put(record_key(3), real3.to_json())  # the stray: B's intent is not in it
+
+    _on_intent("b", held_then_released)
+    b = CommitLog(open_store(*location), retry_base_delay_ms=1).append(
+        APPEND, [rng("b")], job_id="b")
+    assert b.created and b.record.sequence == 3
+    forget_folds()
+    assert [r.shard_id for r in CommitLog(open_store(*location)).visible()].count("b") == 1
+
+
 def test_a_commit_that_filled_a_freed_number_then_lost_a_race_commits_once(location):
     """X stalls before its PUT while others commit, a checkpoint and a collection free its
     number; its PUT fills the freed number (a stray: deleted), then it loses the race at
