@@ -317,7 +317,11 @@ class CommitLog(CommitLogReader):
                 self._remember_through(held[0].sequence)
             return result
         others = []  # the pending intents no record holds yet, oldest first
-        for other in self._intents.pending(int(time.time() * 1000), INTENT_MAX_AGE_S):
+        # An intent that a record this log read holds is passed over unread: its owner
+        # learns its verdict itself, and leaving an intent out of a group is always
+        # safe (taking one in is what _holder decides, exactly).
+        for other in self._intents.pending(int(time.time() * 1000), INTENT_MAX_AGE_S,
+                                           skip=self._holders.__contains__):
             if other.intent_id == intent.intent_id or self._holder(other, seq - 1) != ():
                 continue
             if not others and other.order() < intent.order():  # the leader: not us

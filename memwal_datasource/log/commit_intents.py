@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptEntryError
@@ -140,9 +140,11 @@ class Intents:
         keys = listed if listed is not None else self.store.list(INTENTS_DIR + "/")
         return any(k.endswith(".json") for k in keys)
 
-    def pending(self, now_ms: int, max_age_s: float) -> Iterator[Intent]:
+    def pending(self, now_ms: int, max_age_s: float,
+                skip: Callable[[str], bool] | None = None) -> Iterator[Intent]:
         """The stored intents young enough to take, oldest first, each read (once per
         process) only when the caller gets to it: a follower stops at its leader's.
+        Ids for which ``skip(id)`` is true are passed over unread.
 
         One LIST; an intent's age and order are in its name. An intent that vanished
         between LIST and GET was answered and deleted by its owner; a damaged one is
@@ -154,6 +156,8 @@ class Intents:
             if not name.endswith(".json"):
                 continue
             iid = name[:-5]
+            if skip is not None and skip(iid):
+                continue
             if iid[:15].isdigit():
                 if now_ms - int(iid[:15]) >= max_age_s * 1000:
                     continue  # stale by its name: no GET needed

@@ -63,6 +63,23 @@ def _holder_below_boundary(_):
     return _holder
 
 
+def _stray_hides_holder(_):
+    """9. A follower whose window holds a stray (a stalled PUT into a number gc released,
+    where the record holding its intent was) answers that no record holds it."""
+    def _holder(self, intent, upto):
+        for seq in range(intent.after + 1, upto + 1):
+            if seq not in self._cache and self._fetch(seq)[0] is None:
+                return self._holder_remembered(intent, upto)
+        at = self._holders.get(intent.intent_id)
+        if at is None or not intent.after < at <= upto:
+            return ()
+        if at <= self.boundary(refresh=True):
+            return self._holder_remembered(intent, upto)
+        rec = self._cache[at]
+        return rec, next(p for p in rec.parts() if p.intent_id == intent.intent_id)
+    return _holder
+
+
 def _errors_escape(_):
     """4. A store error after the intent (or record) is stored ends the commit."""
     def _store_failed(self, exc, since, job_id, stored=""):
@@ -114,6 +131,7 @@ DEFECTS = {  # name: (owner, attribute, patch of the current value)
     "empty-record-is-missing": (CommitLogReader, "_fetch", _empty_is_missing),
     "first-stored-bisects": (CommitLogReader, "first_stored", _first_stored_bisect),
     "holder-below-boundary": (CommitLog, "_holder", _holder_below_boundary),
+    "stray-hides-holder": (CommitLog, "_holder", _stray_hides_holder),
     "follower-errors-escape": (CommitLog, "_store_failed", _errors_escape),
     "after-first-number": (CommitLog, "_append_alone", _after_first_number),
     "verdict-ignores-boundary": (CommitLog, "_verify_landed", _verdict_ignores_boundary),

@@ -115,6 +115,7 @@ TEETH = {
     "abort-lookup": 800,  # 6: seed 387
     "checkpoints-never-collected": 20,  # 7: seed 8 (then 12)
     "verdict-ignores-boundary": 40,  # the verdict trusting a stray: seed 19 (then 21)
+    "stray-hides-holder": 1900,  # 9: seed 1857 (reached once followers skip held intents)
 }
 
 
