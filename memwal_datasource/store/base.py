@@ -194,6 +194,15 @@ class ObjectStore(ABC):
         return stamp
 
 
+
+def tag_of(etag: str | None, modified_s: float, size: int) -> str:
+    """An object store's :meth:`ObjectStore.version_tag`, from a HEAD's or a listing's
+    metadata alike: the ETag unquoted (Azure quotes a HEAD's, not a listing's), the
+    last-modified time in whole seconds (a listing may carry milliseconds, a HEAD has
+    seconds), the size."""
+    return f"{(etag or '').strip(chr(34))}:{int(modified_s)}:{size}"
+
+
 # -- conditional writes: one reading of every backend's answer -------------------------
 
 class PutOutcome(Enum):

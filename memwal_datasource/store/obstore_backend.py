@@ -58,7 +58,14 @@ from ..options import (
     scrub_url,
     secret_values,
 )
-from .base import BytesLike, ObjectStore, _dir_prefix, byte_view, conditional_put_error
+from .base import (
+    BytesLike,
+    ObjectStore,
+    _dir_prefix,
+    byte_view,
+    conditional_put_error,
+    tag_of,
+)
 
 _LOCK = threading.Lock()
 _CLIENTS: dict[tuple, Any] = {}
@@ -232,11 +239,8 @@ class ObstoreOptions:
 
 
 def _tag(meta) -> str:
-    """A version tag from an object's metadata, a HEAD's or a listing's alike: ETag,
-    last modified (whole seconds: a listing may carry more precision than a HEAD), size.
-    Azure quotes a HEAD's ETag and not a listing's: the quotes are dropped."""
-    etag = (meta.get("e_tag") or "").strip('"')
-    return f"{etag}:{int(meta['last_modified'].timestamp())}:{meta['size']}"
+    """:func:`~.base.tag_of` an obstore ``ObjectMeta``."""
+    return tag_of(meta.get("e_tag"), meta["last_modified"].timestamp(), meta["size"])
 
 
 class ObstoreStore(ObjectStore):
@@ -368,18 +372,17 @@ class ObstoreStore(ObjectStore):
 
     def list_tagged(self, prefix: str) -> dict[str, str] | None:
         """One listing of the directory ``prefix``: keys and their :meth:`version_tag`."""
-        import obstore  # lazy (module docstring)
-
-        base = self._key(prefix).rstrip("/") or None
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
-        metas = self._call(prefix, lambda client, _path: [
-            meta for batch in obstore.list(client, base) for meta in batch], listing=True)
-        return {m["path"][strip:]: _tag(m) for m in metas if m["path"].startswith(full)}
+        return {key: _tag(meta) for key, meta in self._listing(prefix)}
 
     def list(self, prefix: str) -> Iterator[str]:
         """Every key under ``prefix``; a prefix that is not a whole directory
         (``wal/01``) lists its directory and keeps the matching names."""
+        for key, _meta in self._listing(prefix):
+            yield key
+
+    def _listing(self, prefix: str) -> list[tuple[str, dict]]:
+        """``(key, ObjectMeta)`` of every key under ``prefix``, from one listing (of the
+        directory holding ``prefix`` when it is not a whole one)."""
         import obstore  # lazy (module docstring)
 
         if prefix and not prefix.endswith("/"):
@@ -391,11 +394,10 @@ class ObstoreStore(ObjectStore):
         strip = len(self.prefix) + 1 if self.prefix else 0
 
         def run(client, _path):
-            return [meta["path"] for batch in obstore.list(client, base) for meta in batch]
+            return [meta for batch in obstore.list(client, base) for meta in batch]
 
-        for path in self._call(directory, run, listing=True):
-            if path.startswith(full):
-                yield path[strip:]
+        return [(meta["path"][strip:], meta) for meta in self._call(directory, run, listing=True)
+                if meta["path"].startswith(full)]
 
     def list_dirs(self, prefix: str) -> list[str]:
         import obstore  # lazy (module docstring)

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from ..errors import StoreAuthError, StoreError, StoreNotFoundError, TransientStoreError
 from ..options import S3Options, scrub_url
 from . import s3_clients
-from .base import BytesLike, ObjectStore, _dir_prefix, byte_view, conditional_put_error
+from .base import (
+    BytesLike,
+    ObjectStore,
+    _dir_prefix,
+    byte_view,
+    conditional_put_error,
+    tag_of,
+)
 from .obstore_backend import map_obstore_error, obstore_usable, raise_mapped, safe_cause
 
 
@@ -217,34 +224,18 @@ class S3Store(ObjectStore):
 
     def version_tag(self, key: str) -> str | None:
         meta = self._head(key)
-        return None if meta is None else _tag(meta[2], meta[1] // 1000, meta[0])
+        return None if meta is None else tag_of(meta[2], meta[1] // 1000, meta[0])
 
     def list_tagged(self, prefix: str) -> dict[str, str] | None:
-        """One listing of the directory ``prefix``: keys and their :meth:`version_tag`
-        (a listing's times have milliseconds, a HEAD's seconds: both count seconds)."""
-        full, strip = self._key(prefix), len(self.prefix) + 1 if self.prefix else 0
-        found: dict[str, str] = {}
-        if obstore_usable():
-            import obstore  # lazy (module docstring)
-
-            metas = self._obstore_call(prefix, lambda st, path: [
-                meta for batch in obstore.list(st, path.rstrip("/")) for meta in batch])
-            for meta in metas:
-                if meta["path"].startswith(full):
-                    found[meta["path"][strip:]] = _tag(
-                        meta.get("e_tag"), int(meta["last_modified"].timestamp()), meta["size"])
-            return found
-        try:
-            for page in self._client.get_paginator("list_objects_v2").paginate(
-                    Bucket=self.bucket, Prefix=full):
-                for obj in page.get("Contents", []):
-                    found[obj["Key"][strip:]] = _tag(
-                        obj.get("ETag"), int(obj["LastModified"].timestamp()), obj["Size"])
-        except Exception as exc:  # noqa: BLE001
-            self._raise(exc, prefix)
-        return found
+        """One listing of the directory ``prefix``: keys and their :meth:`version_tag`."""
+        return {key: tag_of(*meta) for key, meta in self._listing(prefix)}
 
     def list(self, prefix: str) -> Iterator[str]:
+        for key, _meta in self._listing(prefix):
+            yield key
+
+    def _listing(self, prefix: str) -> Iterator[tuple[str, tuple]]:
+        """``(key, (ETag, last modified s, size))`` of every key under ``prefix``."""
         full = self._key(prefix)
         strip = len(self.prefix) + 1 if self.prefix else 0
         if prefix.endswith("/") and obstore_usable():
@@ -252,15 +243,18 @@ class S3Store(ObjectStore):
             # segments, at a fraction of boto3's CPU per request.
             import obstore  # lazy (module docstring)
 
-            paths = self._obstore_call(prefix, lambda st, path: [
-                meta["path"] for batch in obstore.list(st, path.rstrip("/")) for meta in batch])
-            yield from (p[strip:] for p in paths if p.startswith(full))
+            metas = self._obstore_call(prefix, lambda st, path: [
+                meta for batch in obstore.list(st, path.rstrip("/")) for meta in batch])
+            yield from ((m["path"][strip:], (m.get("e_tag"), m["last_modified"].timestamp(),
+                                             m["size"]))
+                        for m in metas if m["path"].startswith(full))
             return
         paginator = self._client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
                 for obj in page.get("Contents", []):
-                    yield obj["Key"][strip:]
+                    yield obj["Key"][strip:], (obj.get("ETag"), obj["LastModified"].timestamp(),
+                                               obj["Size"])
         except Exception as exc:  # noqa: BLE001
             self._raise(exc, prefix)
 
@@ -333,11 +327,6 @@ class S3Store(ObjectStore):
                         f"{self._endpoint_name()}"
                     ) from None
             self._raise(exc, "")
-
-
-def _tag(etag: str | None, seconds: int, size: int) -> str:
-    """A version tag: ETag (unquoted), last modified (seconds), size."""
-    return f"{(etag or '').strip(chr(34))}:{seconds}:{size}"
 
 
 def obstore_error(exc: BaseException, *, where: str, bucket: str, endpoint: str,

@@ -25,7 +25,7 @@ import base64
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +65,12 @@ def manifest_version(key: str) -> int | None:
 
 def latest_manifest(store: ObjectStore) -> tuple[int, str] | None:
     """``(version, manifest key)`` of the table's latest version; None if there is no table."""
-    found = [(v, k) for k in store.list(f"{VERSIONS_DIR}/")
-             if (v := manifest_version(k)) is not None]
-    return max(found, default=None)
+    return _newest(store.list(f"{VERSIONS_DIR}/"))
+
+
+def _newest(keys: Iterable[str]) -> tuple[int, str] | None:
+    """``(version, key)`` of the newest manifest among ``keys`` under ``_versions/``."""
+    return max(((v, k) for k in keys if (v := manifest_version(k)) is not None), default=None)
 
 
 def manifest_keys(version: int) -> tuple[str, str]:
@@ -315,8 +318,7 @@ def _latest_and_tag(store: ObjectStore) -> tuple[tuple[int, str] | None, str | N
     if tagged is None:
         latest = latest_manifest(store)
         return latest, None if latest is None else store.version_tag(latest[1])
-    latest = max(((v, k) for k in tagged if (v := manifest_version(k)) is not None),
-                 default=None)
+    latest = _newest(tagged)
     return latest, None if latest is None else tagged[latest[1]]
 
 
