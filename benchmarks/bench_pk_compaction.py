@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal_datasource import compact
 
@@ -52,9 +51,7 @@ def _upserts(base: int, upserts: int, i: int) -> pa.Table:
     ids = np.concatenate([rng.choice(base, upserts // 2, replace=False),
                           np.arange(base + i * upserts // 2, base + (i + 1) * upserts // 2)])
     rng.shuffle(ids)
-    ids = pa.array(ids, pa.int64())
-    return pa.table([ids, pc.binary_join_element_wise(pc.cast(ids, pa.string()), "upd", "-"),
-                     pc.multiply(pc.cast(ids, pa.float64()), 0.002)], schema=h.SCHEMA)
+    return h.rows_of(ids, "upd", 0.002)
 
 
 def _copy(src: str, dst: str) -> str:

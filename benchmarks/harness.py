@@ -72,9 +72,14 @@ class Ctx:
 
 def arrow_rows(start: int, rows: int) -> pa.Table:
     """Rows ``start .. start+rows-1`` (id, payload, score), freshly allocated."""
-    ids = pa.array(np.arange(start, start + rows, dtype=np.int64))
-    payload = pc.binary_join_element_wise(pc.cast(ids, pa.string()), SUFFIX[1:], "-")
-    return pa.table([ids, payload, pc.multiply(pc.cast(ids, pa.float64()), 0.001)], schema=SCHEMA)
+    return rows_of(np.arange(start, start + rows, dtype=np.int64))
+
+
+def rows_of(ids: np.ndarray, word: str = SUFFIX[1:], scale: float = 0.001) -> pa.Table:
+    """The rows of keys ``ids``: payload ``{id}-{word}``, score ``id * scale``."""
+    ids = pa.array(ids, pa.int64())
+    payload = pc.binary_join_element_wise(pc.cast(ids, pa.string()), word, "-")
+    return pa.table([ids, payload, pc.multiply(pc.cast(ids, pa.float64()), scale)], schema=SCHEMA)
 
 
 def spark_schema():
