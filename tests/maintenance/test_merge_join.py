@@ -43,20 +43,32 @@ def test_pages_touched_counts_the_pages_holding_a_key():
 
 
 @pytest.mark.parametrize("spread", [True, False])
-def test_a_round_reads_the_btree_pages_its_keys_fall_in(tmp_path, spread):
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_round_reads_the_btree_pages_its_keys_fall_in(location, spread, monkeypatch):
     """On a real table: 100 updated keys spread over a 400k-row base's 98 BTREE pages
-    scan it; the same number in one page probe the BTREE (its page lookup read once)."""
+    scan it; the same number in one page probe the BTREE. The page lookup is read (once
+    per index segment) where the table is, local disk or S3."""
     import lance
 
-    uri = str(tmp_path / "t.lance")
-    ds = lance.write_dataset(pa.table({"id": pa.array(range(400_000), pa.int64())}), uri)
+    uri, opts = location
+    ds = lance.write_dataset(pa.table({"id": pa.array(range(400_000), pa.int64())}), uri,
+                             storage_options=opts)
     ds.create_scalar_index("id", "BTREE")
+    merge_join._pages_cache.clear()
+    unread = []
+    monkeypatch.setattr(merge_join.log, "info", lambda *a: unread.append(a))
     keys = np.arange(0, 400_000, 4_000) if spread else np.arange(200_000, 200_100)
     source = pa.table({"id": pa.array(keys, pa.int64())})
-    assert round_joins_by_scan(TableView(uri), lance.dataset(uri), source, ["id"]) == spread
+    table = TableView(uri, opts)
+    assert round_joins_by_scan(table, lance.dataset(uri, storage_options=opts), source,
+                               ["id"]) == spread
+    assert not unread, unread  # the lookup was read, not guessed
+    assert len(merge_join._pages_cache) == 1
     assert not round_joins_by_scan(  # inserts beyond the base fall in no page
-        TableView(uri), lance.dataset(uri), pa.table({"id": pa.array(keys + 10**6)}), ["id"])
-    assert round_joins_by_scan(TableView(uri), lance.dataset(uri), source, ["id", "x"])
+        table, lance.dataset(uri, storage_options=opts),
+        pa.table({"id": pa.array(keys + 10**6)}), ["id"])
+    assert round_joins_by_scan(table, lance.dataset(uri, storage_options=opts), source,
+                               ["id", "x"])
 
 
 def test_the_key_index_folds_its_missing_rows_when_they_outweigh_a_rewrite():
