@@ -248,3 +248,30 @@ def stream_rows(uri: str, opts: dict, start: str = "earliest") -> list[int]:
     reader = stream_reader(uri, opts, start)
     rows, _ = stream_batch(reader, reader.initialOffset())
     return [i for i, _ in rows]
+
+
+def stall_record_puts(monkeypatch, store: ObjectStore, seconds: float = 40.0) -> list[str]:
+    """Record PUTs through ``store``'s class take ``seconds`` on the commit log's clock:
+    a stall inside the request, after the committer's last check (no real waiting; the
+    collection a test runs meanwhile is what such a stall lets happen). Returns the
+    keys stalled in."""
+    import time
+    import types
+
+    from memwal_datasource.format.commit_format import COMMITS_DIR
+    from memwal_datasource.log import commit
+
+    ahead = [0.0]
+    monkeypatch.setattr(commit, "time", types.SimpleNamespace(
+        time=time.time, monotonic=lambda: time.monotonic() + ahead[0], sleep=time.sleep))
+    real = type(store).put_if_absent
+    stalled: list[str] = []
+
+    def put_if_absent(self, key, data, *args, **kw):
+        if key.startswith(COMMITS_DIR + "/0"):
+            stalled.append(key)
+            ahead[0] += seconds
+        return real(self, key, data, *args, **kw)
+
+    monkeypatch.setattr(type(store), "put_if_absent", put_if_absent)
+    return stalled

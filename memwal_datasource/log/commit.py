@@ -79,8 +79,9 @@ from .commit_reader import MAX_RELOADS, CommitLogReader, remember_fold  # noqa: 
 log = logging.getLogger(__name__)
 
 # A commit re-checks its sequence number, floors and epochs when more than this passed
-# since it last checked (a stalled committer). Garbage collection never deletes a
-# record compacted less than three times this ago (gc.MIN_RETAIN_SECONDS).
+# since it last checked (a stalled committer), and a PUT returning within this of a
+# listing that showed its number free needs no verdict listing. Garbage collection never
+# deletes a record compacted less than three times this ago (gc.MIN_RETAIN_SECONDS).
 COMMIT_DEADLINE_S = 10.0
 # Group commit (docs/protocol.md): others' intents older than this are never taken; a
 # follower takes over from a leader silent this long; followers poll the tip this often.
@@ -105,6 +106,10 @@ class Look:
     # The process's remembered fold was the tip: nobody else committed since its last
     # commit, so a look made ahead is likely still the tip when the job commits.
     quiet: bool = False
+    # When a listing began that showed ``sequence`` missing and unreleased
+    # (CommitLogReader.clear_since): a PUT there returning within the deadline needs no
+    # verdict listing.
+    clear_at: float | None = None
 
 
 class CommitLog(CommitLogReader):
@@ -166,12 +171,14 @@ class CommitLog(CommitLogReader):
             # Made while the tasks ran: a PUT at its number is exact whenever it lands (the
             # fold below it is the look's, the deadline counts from the look). Lost: the
             # look was stale, not necessarily contended; look again.
-            result = self._append_alone(rec, txn, look.sequence, once=True, since=look.at)
+            result = self._append_alone(rec, txn, look.sequence, once=True, since=look.at,
+                                        clear_at=look.clear_at)
             if result is not None:
                 return result
         look = self.look()  # others committed lately: a look made ahead is likely stale
         if not look.contended:  # no contention seen: no intent, one PUT
-            result = self._append_alone(rec, txn, look.sequence, once=True, since=look.at)
+            result = self._append_alone(rec, txn, look.sequence, once=True, since=look.at,
+                                        clear_at=look.clear_at)
             if result is not None:
                 return result
             after = rec.sequence  # the number we lost: stored, so it cannot hold our intent
@@ -202,18 +209,22 @@ class CommitLog(CommitLogReader):
         else:
             seq, contended = read_both(self.store, self.next_sequence,
                                        self._intents.any_pending)
-        return Look(seq, contended, at, quiet=seed is not None and seq == seed + 1)
+        return Look(seq, contended, at, quiet=seed is not None and seq == seed + 1,
+                    clear_at=self.clear_since(seq))
 
     def _append_alone(self, rec: CommitRecord, txn: Txn | None, at_sequence: int | None,
-                      once: bool = False, since: float | None = None) -> CommitResult | None:
+                      once: bool = False, since: float | None = None,
+                      clear_at: float | None = None) -> CommitResult | None:
         """Put ``rec`` alone at the first free number (exactly ``at_sequence`` if set;
         with ``once``, start there and return ``None`` after losing one race; ``since``:
-        when the look that found ``at_sequence`` began)."""
+        when the look that found ``at_sequence`` began; ``clear_at``: its
+        :meth:`clear_since`)."""
         global LOST_RACES
         fixed = at_sequence is not None and not once
         seq = self.next_sequence() if at_sequence is None else at_sequence
         while True:
             checked, since = (time.monotonic() if since is None else since), None
+            clear, clear_at = clear_at, None  # about the first number tried only
             floor = self._ckpt.sequence if self._ckpt else 0
             if seq <= floor:  # collected numbers below a checkpoint are never reused
                 if fixed:
@@ -245,7 +256,7 @@ class CommitLog(CommitLogReader):
             if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
                             what=f"commit record {seq}", failed=failed):
-                if self._verify_landed(rec):
+                if self._landed_clear(clear) or self._verify_landed(rec):
                     return self._landed(rec)
                 if fixed:
                     raise SequenceTaken(seq)
@@ -492,6 +503,14 @@ class CommitLog(CommitLogReader):
             f"{intent.record.job_id}): this commit stalled so long that garbage collection "
             f"removed commit records after {intent.after} before it could check whether one of "
             "them committed it")
+
+    @staticmethod
+    def _landed_clear(clear: float | None) -> bool:
+        """Whether a PUT that just landed did so within :data:`COMMIT_DEADLINE_S` of a
+        listing begun at ``clear`` that showed its number free and unreleased: then no
+        collector can have freed the number (:meth:`clear_since`), and the verdict
+        needs no listing of its own."""
+        return clear is not None and time.monotonic() - clear < COMMIT_DEADLINE_S
 
     def _verify_landed(self, rec: CommitRecord) -> bool:
         """Whether our record, just stored at its number, is a record of the log (see

@@ -120,6 +120,9 @@ class CommitLogReader:
         self._ahead: dict[tuple[str, str], Any] = {}
         # The intents that look's one listing showed (a store that lists after a key).
         self.intents_seen: list[str] | None = None
+        # (n, t): a listing begun at time.monotonic() t showed record n missing and the
+        # released boundary below it (see clear_since).
+        self._clear: tuple[int, float] | None = None
         seed = commit_folds.seed(store.uri, host=store.remote)
         self._seed = seed  # what we were seeded with: forgotten if it proves stale
         self._seeded = self._by_list = seed is not None  # see _check_seed
@@ -459,8 +462,8 @@ class CommitLogReader:
     def reads_ahead(self) -> bool:
         """Whether the next :meth:`next_sequence` makes the first look of :meth:`_read_ahead`."""
         state = self._state
-        return bool(self._seeded and self.store.remote and not self._ckpt_looked
-                    and state is not None and state.sequence)
+        return bool(self._seeded and (self.store.remote or self.store.lists_after)
+                    and not self._ckpt_looked and state is not None and state.sequence)
 
     def _read_ahead(self) -> None:
         """A seeded reader's first look on an object store: its reads at once.
@@ -490,17 +493,35 @@ class CommitLogReader:
                 return MISSING
 
         if self.store.lists_after:
+            began = time.monotonic()
             got, after = read_all(self.store, get,
                                   lambda: self.store.list_after(COMMITS_DIR + "/", rec_key))
             listed = [k for k in after if k.startswith(CHECKPOINTS_DIR + "/")]
             following = next_key in after
             self.intents_seen = [k for k in after if k.startswith(INTENTS_DIR + "/")]
+            released = max((released_sequence(k) or 0 for k in listed), default=0)
+            if not following and released <= state.sequence:
+                self._clear = (state.sequence + 1, began)
         else:
             got, listed, following = read_all(
                 self.store, get, lambda: list(self.store.list(CHECKPOINTS_DIR + "/")),
                 lambda: self.store.exists(next_key))
         self._ahead = {("get", rec_key): got, ("list", CHECKPOINTS_DIR + "/"): listed,
                        ("exists", next_key): following}
+
+    def clear_since(self, sequence: int) -> float | None:
+        """When (``time.monotonic()``) a listing began that showed record ``sequence``
+        missing and no boundary at or above it, if one did (``None``: not known).
+
+        A collector releases a number only :data:`~memwal_datasource.maintenance.gc.
+        MIN_RETAIN_SECONDS` after a compaction round folded a record there, and such a
+        record was stored after that listing began: so a PUT at ``sequence`` that
+        returns less than that after it filled no freed number (docs/protocol.md,
+        "Invariants"). The record's absence was read no later than the boundary, in
+        one listing: a fold that went stale meanwhile cannot hide a collection.
+        """
+        clear = self._clear
+        return clear[1] if clear is not None and clear[0] == sequence else None
 
     def _next_sequence(self) -> int:
         self._ready()

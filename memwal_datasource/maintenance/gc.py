@@ -15,8 +15,10 @@ round that folded it commits; retention counts from then, as the round's done
 marker's modification time on the *store's* clock (:mod:`memwal_datasource.log.rounds`),
 compared with the store's clock now. No writer's or driver's clock is
 involved. Retention is never below :data:`MIN_RETAIN_SECONDS`, which covers
-the longest a commit may take between its checks and its PUT
-(:data:`~memwal_datasource.log.commit.COMMIT_DEADLINE_S`); asking for less is
+the longest a commit may take between its checks and its PUT, and between
+the listing that showed its number free and its PUT's return (three times
+:data:`~memwal_datasource.log.commit.COMMIT_DEADLINE_S`: docs/protocol.md,
+invariant 4); asking for less is
 refused with a warning and the minimum is used.
 
 **Plan and record are atomic.** The plan is made against commit records

@@ -30,7 +30,7 @@ from memwal_datasource.log.commit import (
 )
 from memwal_datasource.log.commit_reader import forget_folds
 from memwal_datasource.store import open_store
-from tests.helpers import DelegatingStore, FlakyStore
+from tests.helpers import DelegatingStore, FlakyStore, stall_record_puts
 
 SHARDS = ["shard-a", "shard-b", "shard-c"]
 
@@ -365,7 +365,8 @@ def test_a_failed_hint_update_is_only_logged(any_store, caplog):
 
 # --- the rules maintenance and Lance's readers rely on --------------------------------
 
-def test_a_committer_stalled_past_a_collection_commits_again_not_lost(any_store):
+def test_a_committer_stalled_past_a_collection_commits_again_not_lost(any_store,
+                                                                      monkeypatch):
     """X picks sequence 7 and stalls; 7..12 land, checkpoint 10, gc deletes 1..9; X's
     put at 7 succeeds into a freed number nobody reads: it is removed and X commits again
     at 13 (an exact verdict, no job re-run needed)."""
@@ -373,6 +374,7 @@ def test_a_committer_stalled_past_a_collection_commits_again_not_lost(any_store)
 
     _fill(any_store, 6, 5)
     stalled = CommitLog(any_store, checkpoint_interval=5)
+    stall_record_puts(monkeypatch, any_store)  # as long as a collection needs
 
     def others_commit_and_collect(sequence):
         hooks.clear()

@@ -17,7 +17,7 @@ from memwal_datasource.log.commit import APPEND, CommitLog, CommittedRange, reco
 from memwal_datasource.log.commit_intents import Intent, Intents
 from memwal_datasource.log.commit_reader import forget_folds
 from memwal_datasource.store import open_store
-from tests.helpers import DelegatingStore
+from tests.helpers import DelegatingStore, stall_record_puts
 
 
 def _commit(log: CommitLog, shard: str, first: int, last: int):
@@ -297,13 +297,15 @@ def test_a_stray_in_a_released_number_does_not_hide_the_record_that_held_an_inte
     assert [r.shard_id for r in CommitLog(open_store(*location)).visible()].count("b") == 1
 
 
-def test_a_commit_that_filled_a_freed_number_then_lost_a_race_commits_once(location):
+def test_a_commit_that_filled_a_freed_number_then_lost_a_race_commits_once(location,
+                                                                           monkeypatch):
     """X stalls before its PUT while others commit, a checkpoint and a collection free its
     number; its PUT fills the freed number (a stray: deleted), then it loses the race at
     the tip. Its intent must start after the number it lost, not the freed one: it
     commits once (this used to answer OutcomeUnknown, its window crossing freed records)."""
     store = open_store(*location)
     CommitLog(store).append(APPEND, [rng("base")], job_id="base", group=False)
+    stall_record_puts(monkeypatch, store)  # as long as a collection needs
     calls = {"n": 0, "inside": False}
 
     def world(sequence):

@@ -254,6 +254,12 @@ def collect_once(world: World, table, rounds: list[tuple[int, int]]) -> None:
                               f"(keeps {gc.KEEP_CHECKPOINTS})")
 
 
+def _lists_after(seed: int) -> bool:
+    """Half the worlds' stores list after a key, as S3 does (a separate draw, so every
+    other choice of a seed's world stays as it was)."""
+    return random.Random(seed * 2654435761 + 11).random() < 0.5
+
+
 def build(seed: int, known: tuple[str, ...] = ()) -> World:
     """A world chosen by ``seed``: a few committers, maybe a txnAppId re-run, an
     overwrite, gc, a stream and a reader; one fault profile. One world in three is
@@ -276,7 +282,7 @@ def build(seed: int, known: tuple[str, ...] = ()) -> World:
     name = f"sim-{seed}"
     MemoryStore.reset(name)
     inner = MemoryStore(name)
-    world = World(seed, profile, sched, inner, SimStore(inner, sched))
+    world = World(seed, profile, sched, inner, SimStore(inner, sched, _lists_after(seed)))
     thinks = (1.0, 2.0, 3.0) if pileup else (0.0, 2.0, 5.0, 10.0, 20.0) if race \
         else (0.0, 0.0, 1.0, 5.0, 15.0, 30.0)
 
@@ -347,7 +353,7 @@ def _lone(seed: int, cfg: random.Random, known: tuple[str, ...]) -> World:
     name = f"sim-{seed}"
     MemoryStore.reset(name)
     inner = MemoryStore(name)
-    world = World(seed, "lone", sched, inner, SimStore(inner, sched))
+    world = World(seed, "lone", sched, inner, SimStore(inner, sched, _lists_after(seed)))
 
     def jobs(actor: str, i: int, count: int, thinks: tuple[float, ...]):
         return [(cfg.choice(thinks),

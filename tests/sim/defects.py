@@ -105,6 +105,23 @@ def _verdict_ignores_boundary(_):
     return _verify_landed
 
 
+def _clear_without_deadline(_):
+    """10. A PUT after a listing that showed its number free is trusted however long it
+    took (a stalled PUT into a number gc freed meanwhile is "committed")."""
+    def _landed_clear(clear):
+        return clear is not None
+    return staticmethod(_landed_clear)
+
+
+def _clear_without_listing(_):
+    """11. A look trusts its fold's tip as free and unreleased without a listing."""
+    from memwal_datasource.log import commit
+
+    def clear_since(self, sequence):
+        return commit.time.monotonic()  # the simulation's clock, as the module reads it
+    return clear_since
+
+
 def _no_checkpoint_collection(_):
     """7. gc never deletes a checkpoint (a commit's cost grows with the table's age)."""
     def _collect_checkpoints(table):
@@ -136,6 +153,8 @@ DEFECTS = {  # name: (owner, attribute, patch of the current value)
     "after-first-number": (CommitLog, "_append_alone", _after_first_number),
     "verdict-ignores-boundary": (CommitLog, "_verify_landed", _verdict_ignores_boundary),
     "checkpoints-never-collected": (gc, "_collect_checkpoints", _no_checkpoint_collection),
+    "clear-without-deadline": (CommitLog, "_landed_clear", _clear_without_deadline),
+    "clear-without-listing": (CommitLogReader, "clear_since", _clear_without_listing),
     "abort-lookup": (spark_writer, "_record_of", _abort_lookup),
 }
 

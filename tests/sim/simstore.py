@@ -29,9 +29,12 @@ def released_now(store) -> int:
 class SimStore(DelegatingStore):
     """A store whose every call waits for the scheduler, then meets the fault drawn."""
 
-    def __init__(self, inner, sched: Scheduler):
+    def __init__(self, inner, sched: Scheduler, lists_after: bool = False):
         super().__init__(inner)
         self.sched = sched
+        # As S3 (start-after): a seeded commit's first look is one listing, and a PUT
+        # soon after it takes no verdict listing (CommitLogReader.clear_since).
+        self.lists_after = lists_after
         self.landed: dict[str, list[bytes]] = {}  # record key: every body that landed there
         self.landed_at: dict[str, float] = {}  # record key: when its first body landed
         self.damaged: dict[str, bytes] = {}  # key stored damaged: the bytes it should hold
