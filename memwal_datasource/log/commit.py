@@ -32,6 +32,7 @@ Reading, checkpoints and the collector's contract are in
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -253,11 +254,13 @@ class CommitLog(CommitLogReader):
                     seq = self.next_sequence()
                 continue
             failed: list[int] = []
-            if put_resolved(self.store, record_key(seq), rec.to_json(), retries=self.retries,
+            etag: list[str | None] = []
+            body = rec.to_json()
+            if put_resolved(self.store, record_key(seq), body, retries=self.retries,
                             base_delay_ms=self.retry_base_delay_ms,
-                            what=f"commit record {seq}", failed=failed):
+                            what=f"commit record {seq}", failed=failed, etag=etag):
                 if self._landed_clear(clear) or self._verify_landed(rec):
-                    return self._landed(rec)
+                    return self._landed(rec, etag_of(body, etag[0]))
                 if fixed:
                     raise SequenceTaken(seq)
                 seq = self.next_sequence()
@@ -271,7 +274,8 @@ class CommitLog(CommitLogReader):
                 return None
             seq += 1  # another job took this number; it is checked on the next pass
 
-    def _landed(self, rec: CommitRecord) -> CommitResult:
+    def _landed(self, rec: CommitRecord, etag: str | None = None) -> CommitResult:
+        """``rec`` committed (``etag``: its stored ETag, the MD5 of its bytes)."""
         self._remember(rec)
         hooks.point("commit.after", sequence=rec.sequence)
         self._auto_checkpoint(rec.sequence)
@@ -280,7 +284,8 @@ class CommitLog(CommitLogReader):
             seed = state.copy()
             if seed.sequence < rec.sequence:
                 seed.fold(rec)
-            remember_fold(self.store, seed, self._ckpt)
+            remember_fold(self.store, seed, self._ckpt,
+                          etag if seed.sequence == rec.sequence else None)
         return CommitResult(rec, True)
 
     def _append_grouped(self, rec: CommitRecord, txn: Txn | None, after: int) -> CommitResult:
@@ -596,6 +601,16 @@ class CommitLog(CommitLogReader):
         except Exception as exc:  # noqa: BLE001 - the commit is durable; readers replay more
             log.warning("commit record %d is durable, but its checkpoint was not written: %s",
                         seq, exc)
+
+
+def etag_of(body: bytes, etag: str | None) -> str | None:
+    """``etag`` when it is the MD5 of ``body`` (S3's ETag of a plain single-part object):
+    the store holds exactly these bytes, so a seed check may trust a listing's ETag
+    (``CommitLogReader._listed_seed``); else ``None`` (KMS-encrypted objects, other
+    stores: the seed check GETs)."""
+    if etag is None or hashlib.md5(body, usedforsecurity=False).hexdigest() != etag:
+        return None
+    return etag
 
 
 def check_ranges(state: Checkpoint, ranges: list[CommittedRange], ordered_epochs: bool) -> None:

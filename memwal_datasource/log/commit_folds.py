@@ -39,7 +39,9 @@ from ..format.commit_format import CHECKPOINT_FORMAT, Checkpoint
 
 log = logging.getLogger(__name__)
 
-Fold = tuple[Checkpoint, Checkpoint | None]  # records 1..n folded, the newest checkpoint known
+# Records 1..n folded, the newest checkpoint known, and record n's ETag when the store
+# said it is the MD5 of the bytes folded (None: not known; a seed check then GETs n).
+Fold = tuple[Checkpoint, Checkpoint | None, str | None]
 
 HOST_FORMAT = 1
 PRUNE_AFTER_S = 24 * 3600  # a host fold untouched this long is deleted by the next process
@@ -121,8 +123,10 @@ def _read_host(uri: str, path: str) -> Fold | None:
             return None
         state = Checkpoint.from_dict(body["state"], path, int(body["state"]["sequence"]))
         ck = body.get("checkpoint")
+        etag = body.get("etag")
         return state, (None if ck is None else
-                       Checkpoint.from_dict(ck, path, int(ck["sequence"])))
+                       Checkpoint.from_dict(ck, path, int(ck["sequence"]))), (
+                           etag if isinstance(etag, str) else None)
     except Exception as exc:  # noqa: BLE001 - a cache: anything unreadable is a miss
         log.debug("ignoring the host's commit-log fold %s: %s", path, exc)
         return None
@@ -131,9 +135,10 @@ def _read_host(uri: str, path: str) -> Fold | None:
 
 
 def _write_host(uri: str, path: str, fold: Fold) -> None:
-    state, ck = fold
+    state, ck, etag = fold
     body = json.dumps({"version": _version(), "uri": uri, "state": state.to_dict(),
-                       "checkpoint": None if ck is None else ck.to_dict()}).encode()
+                       "checkpoint": None if ck is None else ck.to_dict(),
+                       "etag": etag}).encode()
     crc = zlib.crc32(body)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -182,17 +187,19 @@ def seed(uri: str, host: bool) -> Fold | None:
         return mine
 
 
-def remember(uri: str, state: Checkpoint, ckpt: Checkpoint | None, host: bool) -> None:
+def remember(uri: str, state: Checkpoint, ckpt: Checkpoint | None, host: bool,
+             etag: str | None = None) -> None:
     """Keep ``state`` (a copy the caller no longer folds) as the newest fold of ``uri``,
-    in this process and (``host``) for the others on this host."""
+    in this process and (``host``) for the others on this host; ``etag``: see
+    :data:`Fold`."""
     path = _file(uri, host)
     with _LOCK:
         old = _FOLDS.get(uri)
         if old is not None and old[0].sequence > state.sequence:
             return
-        _FOLDS[uri] = (state, ckpt)
+        _FOLDS[uri] = (state, ckpt, etag)
         if path is not None:
-            _write_host(uri, path, (state, ckpt))
+            _write_host(uri, path, _FOLDS[uri])
 
 
 def forget(uri: str, fold: Fold, host: bool) -> None:

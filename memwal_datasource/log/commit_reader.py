@@ -76,11 +76,13 @@ def parse_record(data: bytes, where: str, sequence: int) -> CommitRecord:
     return rec
 
 
-def remember_fold(store: ObjectStore, state: Checkpoint, ckpt: Checkpoint | None) -> None:
+def remember_fold(store: ObjectStore, state: Checkpoint, ckpt: Checkpoint | None,
+                  etag: str | None = None) -> None:
     """Keep ``state`` (a copy the caller no longer folds) as the newest fold of
     ``store``'s log: a new reader, here or (a remote store) in another process on this
-    host, starts there (:mod:`memwal_datasource.log.commit_folds`)."""
-    commit_folds.remember(store.uri, state, ckpt, host=store.remote)
+    host, starts there (:mod:`memwal_datasource.log.commit_folds`). ``etag``: record
+    ``state.sequence``'s, when the store said it is the MD5 of the bytes folded."""
+    commit_folds.remember(store.uri, state, ckpt, host=store.remote, etag=etag)
 
 
 def forget_folds() -> None:
@@ -126,8 +128,9 @@ class CommitLogReader:
         seed = commit_folds.seed(store.uri, host=store.remote)
         self._seed = seed  # what we were seeded with: forgotten if it proves stale
         self._seeded = self._by_list = seed is not None  # see _check_seed
+        self._seed_etag: str | None = None
         if seed is not None:
-            self._state, self._ckpt = seed[0].copy(), seed[1]
+            self._state, self._ckpt, self._seed_etag = seed[0].copy(), seed[1], seed[2]
             self._base_seq = self._state.sequence
 
     # --- reading records -------------------------------------------------------------
@@ -351,8 +354,10 @@ class CommitLogReader:
     def _check_seed(self) -> None:
         """Trust a remembered fold only if its last record is still the one it folded.
 
-        One GET (a cold reader pays one for the hint). A table deleted and made
-        again at the same place, or a log collected past the seed, starts cold.
+        One GET (a cold reader pays one for the hint), or none when the look's listing
+        showed the record with the ETag the fold knew (:meth:`_listed_seed`). A table
+        deleted and made again at the same place, or a log collected past the seed,
+        starts cold.
         """
         self._seeded = False
         state = self._state
@@ -494,8 +499,11 @@ class CommitLogReader:
 
         if self.store.lists_after:
             began = time.monotonic()
-            got, after = read_all(self.store, get,
-                                  lambda: self.store.list_after(COMMITS_DIR + "/", rec_key))
+            if self._seed_etag is not None:
+                got, after = self._listed_seed(rec_key)
+            else:
+                got, after = read_all(self.store, get,
+                                      lambda: self.store.list_after(COMMITS_DIR + "/", rec_key))
             listed = [k for k in after if k.startswith(CHECKPOINTS_DIR + "/")]
             following = next_key in after
             self.intents_seen = [k for k in after if k.startswith(INTENTS_DIR + "/")]
@@ -509,6 +517,19 @@ class CommitLogReader:
         self._ahead = {("get", rec_key): got, ("list", CHECKPOINTS_DIR + "/"): listed,
                        ("exists", next_key): following}
 
+    def _listed_seed(self, rec_key: str) -> tuple[object | None, list[str]]:
+        """The seed check and the look in one listing, starting at the seed's record
+        ``s`` (a fold that knows ``s``'s ETag): ``s`` listed with that ETag holds the very
+        bytes folded (the ETag is their MD5), so the seed stands without a GET. Returns
+        (``MISSING`` if ``s`` is gone, else ``None``: a GET decides, as without an ETag;
+        the keys after ``s``)."""
+        tags = self.store.list_after_etags(COMMITS_DIR + "/",
+                                           record_key(self._state.sequence - 1))
+        got = MISSING if rec_key not in tags else None
+        if tags.get(rec_key) == self._seed_etag:
+            self._seeded = False  # checked
+        return got, [k for k in tags if k > rec_key]
+
     def clear_since(self, sequence: int) -> float | None:
         """When (``time.monotonic()``) a listing began that showed record ``sequence``
         missing and no boundary at or above it, if one did (``None``: not known).
@@ -516,9 +537,10 @@ class CommitLogReader:
         A collector releases a number only :data:`~memwal_datasource.maintenance.gc.
         MIN_RETAIN_SECONDS` after a compaction round folded a record there, and such a
         record was stored after that listing began: so a PUT at ``sequence`` that
-        returns less than that after it filled no freed number (docs/protocol.md,
-        "Invariants"). The record's absence was read no later than the boundary, in
-        one listing: a fold that went stale meanwhile cannot hide a collection.
+        returns within a third of that (``COMMIT_DEADLINE_S``) filled no freed number
+        (docs/protocol.md, "Invariants"). The record's absence was read no later than
+        the boundary, in one listing: a fold that went stale meanwhile cannot hide a
+        collection.
         """
         clear = self._clear
         return clear[1] if clear is not None and clear[0] == sequence else None

@@ -70,10 +70,12 @@ class ObjectStore(ABC):
     remote: bool = False
 
     @abstractmethod
-    def put_if_absent(self, key: str, data: BytesLike) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> str | None:
         """Create ``key`` holding ``data``, atomically, or fail: the fencing primitive.
 
-        Returns ``None`` once the object is durable. No reader ever sees a partial
+        Returns once the object is durable: its ETag (unquoted) where the store's
+        answer carries one (as :meth:`list_after_etags` shows it), else ``None``. No
+        reader ever sees a partial
         object, and of N concurrent callers exactly one succeeds. Raises:
 
         * ``FileExistsError`` (message: :meth:`describe` of ``key``) when ``key``
@@ -88,11 +90,11 @@ class ObjectStore(ABC):
         backend's answers map to these two is :func:`conditional_put_outcome`.
         """
 
-    def put_if_absent_unsynced(self, key: str, data: BytesLike) -> None:
+    def put_if_absent_unsynced(self, key: str, data: BytesLike) -> str | None:
         """Like :meth:`put_if_absent`, but may leave the object durable only after
         :meth:`sync` (local disk skips the per-object fsyncs). Object stores and
         memory are durable at once, so this is ``put_if_absent`` there."""
-        self.put_if_absent(key, data)
+        return self.put_if_absent(key, data)
 
     def sync(self, keys: list[str], *, data: bool = True,  # noqa: B027 - durable at once
              names: bool = True) -> None:
@@ -141,6 +143,11 @@ class ObjectStore(ABC):
         than the call). Here: :meth:`list`, filtered; :attr:`lists_after` stores do
         it in the request."""
         return sorted(k for k in self.list(prefix) if k > after)
+
+    def list_after_etags(self, prefix: str, after: str) -> dict[str, str | None]:
+        """:meth:`list_after`, each key with its ETag (unquoted) where the listing
+        carries one (``None`` elsewhere): the same one listing."""
+        return dict.fromkeys(self.list_after(prefix, after))
 
     @abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:
@@ -195,12 +202,18 @@ class ObjectStore(ABC):
 
 
 
+def unquoted(etag: str | None) -> str | None:
+    """An ETag without its quotes (Azure quotes a HEAD's, not a listing's; S3 quotes
+    both)."""
+    return None if etag is None else str(etag).strip(chr(34))
+
+
 def tag_of(etag: str | None, modified_s: float, size: int) -> str:
     """An object store's :meth:`ObjectStore.version_tag`, from a HEAD's or a listing's
     metadata alike: the ETag unquoted (Azure quotes a HEAD's, not a listing's), the
     last-modified time in whole seconds (a listing may carry milliseconds, a HEAD has
     seconds), the size."""
-    return f"{(etag or '').strip(chr(34))}:{int(modified_s)}:{size}"
+    return f"{unquoted(etag) or ''}:{int(modified_s)}:{size}"
 
 
 # -- conditional writes: one reading of every backend's answer -------------------------
@@ -277,7 +290,8 @@ def backoff_delay(failures: int, base_delay_ms: int) -> float:
 
 def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
                  base_delay_ms: int, what: str, sync: bool = True,
-                 superseded_if_gone: bool = False, failed: list[int] | None = None) -> bool:
+                 superseded_if_gone: bool = False, failed: list[int] | None = None,
+                 etag: list[str | None] | None = None) -> bool:
     """Put-if-absent ``data`` at ``key`` and know the outcome.
 
     Returns ``True`` when ``key`` holds ``data`` because of this call (the PUT
@@ -294,15 +308,20 @@ def put_resolved(store: ObjectStore, key: str, data: BytesLike, *, retries: int,
     whoever wrote it, so ``False`` (not ours to build on) instead of
     :class:`OutcomeUnknown`. ``failed``, when given, gets the number of attempts that
     failed before the answer (an attempt whose acknowledgement was lost may have landed
-    even when ``False`` is returned, if a collector freed the key since).
+    even when ``False`` is returned, if a collector freed the key since). ``etag``,
+    when given, gets what the successful PUT returned (``None`` after a read-back).
     """
     put = store.put_if_absent if sync else store.put_if_absent_unsynced
     failures = 0
     while True:
         if failed is not None:
             failed[:] = [failures]
+        if etag is not None:
+            etag[:] = [None]
         try:
-            put(key, data)
+            landed = put(key, data)
+            if etag is not None:
+                etag[:] = [landed]
             return True
         except FileExistsError:
             try:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Iterator
 
 from .base import BytesLike, ObjectStore, _dir_prefix, byte_view
+
+
+def _etag(data: bytes) -> str:
+    """S3's ETag of a single-part object without KMS: the MD5 of its bytes."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 class MemoryStore(ObjectStore):
@@ -30,13 +36,19 @@ class MemoryStore(ObjectStore):
             cls._registry.pop(name, None)
             cls._mtimes.pop(name, None)
 
-    def put_if_absent(self, key: str, data: BytesLike) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> str | None:
         data = bytes(byte_view(data))  # a private copy: the caller may reuse its buffer
         with self._lock:
             if key in self._data:
                 raise FileExistsError(self.describe(key))
             self._data[key] = data
             self._times[key] = time.time_ns()
+        return _etag(data)
+
+    def list_after_etags(self, prefix: str, after: str) -> dict[str, str | None]:
+        with self._lock:
+            return {k: _etag(self._data[k]) for k in sorted(self._data)
+                    if k.startswith(prefix) and k > after}
 
     def put(self, key: str, data: BytesLike) -> None:
         data = bytes(byte_view(data))

@@ -21,6 +21,7 @@ from .base import (
     byte_view,
     conditional_put_error,
     tag_of,
+    unquoted,
 )
 from .obstore_backend import map_obstore_error, obstore_usable, raise_mapped, safe_cause
 
@@ -139,20 +140,22 @@ class S3Store(ObjectStore):
         endpoint = self.options.endpoint
         return scrub_url(endpoint) if endpoint else "the default AWS endpoint"
 
-    def put_if_absent(self, key: str, data: BytesLike) -> None:
+    def put_if_absent(self, key: str, data: BytesLike) -> str | None:
         view = byte_view(data)
         if obstore_usable():
             import obstore  # lazy (module docstring)
 
-            self._obstore_call(key, lambda st, path: obstore.put(st, path, view, mode="create"),
-                               conditional=True)
-            return
+            done = self._obstore_call(
+                key, lambda st, path: obstore.put(st, path, view, mode="create"),
+                conditional=True)
+            return unquoted(done.get("e_tag"))
         from botocore.exceptions import ClientError  # lazy (module docstring)
 
         try:
-            s3_clients.boto3_client(self.options, conditional=True).put_object(
+            done = s3_clients.boto3_client(self.options, conditional=True).put_object(
                 Bucket=self.bucket, Key=self._key(key), Body=_boto3_body(data, view),
                 IfNoneMatch="*")
+            return unquoted(done.get("ETag"))
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -259,23 +262,28 @@ class S3Store(ObjectStore):
             self._raise(exc, prefix)
 
     def list_after(self, prefix: str, after: str) -> list[str]:
+        return list(self.list_after_etags(prefix, after))
+
+    def list_after_etags(self, prefix: str, after: str) -> dict[str, str | None]:
         full, offset = self._key(prefix), self._key(after)
         strip = len(self.prefix) + 1 if self.prefix else 0
         if prefix.endswith("/") and obstore_usable():
             import obstore  # lazy (module docstring)
 
             paths = self._obstore_call(prefix, lambda st, path: [
-                meta["path"] for batch in obstore.list(st, path.rstrip("/"), offset=offset)
+                (meta["path"], meta.get("e_tag"))
+                for batch in obstore.list(st, path.rstrip("/"), offset=offset)
                 for meta in batch])
         else:
             paths = []
             try:
                 for page in self._client.get_paginator("list_objects_v2").paginate(
                         Bucket=self.bucket, Prefix=full, StartAfter=offset):
-                    paths += [obj["Key"] for obj in page.get("Contents", [])]
+                    paths += [(obj["Key"], obj.get("ETag")) for obj in page.get("Contents", [])]
             except Exception as exc:  # noqa: BLE001
                 self._raise(exc, prefix)
-        return sorted(p[strip:] for p in paths if p.startswith(full) and p > offset)
+        return {p[strip:]: unquoted(etag) for p, etag in sorted(paths)
+                if p.startswith(full) and p > offset}
 
     def list_dirs(self, prefix: str) -> list[str]:
         full = _dir_prefix(self._key(prefix))

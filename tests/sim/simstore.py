@@ -40,7 +40,8 @@ class SimStore(DelegatingStore):
         self.damaged: dict[str, bytes] = {}  # key stored damaged: the bytes it should hold
         self.puts: list[tuple[int, str]] = []  # (step, key) of every landed PUT
 
-    def _write(self, op: str, key: str, data, write: Callable[[bytes], None]) -> None:
+    def _write(self, op: str, key: str, data, write: Callable[[bytes], str | None]
+               ) -> str | None:
         data = bytes(data)
         actor = self.sched.current()
         if key.startswith(INTENTS_DIR + "/") and actor is not None:
@@ -60,7 +61,7 @@ class SimStore(DelegatingStore):
         body = data
         if fault == "damage":
             body = b"" if self.sched.rng.random() < 0.5 else data[:len(data) // 2]
-        write(body)
+        etag = write(body)
         self.puts.append((self.sched.step, key))
         if key.startswith(COMMITS_DIR + "/0"):
             self.landed.setdefault(key, []).append(data)
@@ -74,6 +75,7 @@ class SimStore(DelegatingStore):
             self.damaged.pop(key, None)
         if fault == "lost":
             raise TransientStoreError(f"injected lost acknowledgement writing {key}")
+        return etag
 
     def _read(self, op: str, key: str) -> None:
         if self.sched.enter(op, key) == "error":
@@ -86,7 +88,8 @@ class SimStore(DelegatingStore):
         return TransientStoreError(message)
 
     def put_if_absent(self, key, data):
-        self._write("put_if_absent", key, data, lambda b: self.inner.put_if_absent(key, b))
+        return self._write("put_if_absent", key, data,
+                           lambda b: self.inner.put_if_absent(key, b))
 
     def put(self, key, data):
         self._write("put", key, data, lambda b: self.inner.put(key, b))
@@ -102,6 +105,10 @@ class SimStore(DelegatingStore):
     def list(self, prefix):
         self._read("list", prefix)
         return iter(list(self.inner.list(prefix)))  # one snapshot, at this moment
+
+    def list_after_etags(self, prefix, after):
+        self._read("list", prefix)
+        return self.inner.list_after_etags(prefix, after)  # one snapshot, at this moment
 
     def list_dirs(self, prefix):
         self._read("list", prefix)
