@@ -75,8 +75,8 @@ class ObjectStore(ABC):
 
         Returns once the object is durable: its ETag (unquoted) where the store's
         answer carries one (as :meth:`list_after_etags` shows it), else ``None``. No
-        reader ever sees a partial
-        object, and of N concurrent callers exactly one succeeds. Raises:
+        reader ever sees a partial object, and of N concurrent callers exactly one
+        succeeds. Raises:
 
         * ``FileExistsError`` (message: :meth:`describe` of ``key``) when ``key``
           already exists: another writer's object, or this call's own earlier

@@ -151,3 +151,20 @@ def test_a_listing_tags_keys_as_version_tag_does(any_store):
         return
     assert tagged == {k: any_store.version_tag(k) for k in ("d/a.manifest", "d/sub/b.manifest")}
     assert any_store.list_tagged("absent/") == {}
+
+
+def test_a_put_answers_the_etag_its_listing_after_a_key_shows(any_store):
+    """What ``put_if_absent`` returns is the ETag ``list_after_etags`` lists for the key
+    (``None`` on both where the store gives none), and a key written anew with other
+    bytes lists another one: a commit's fold trusts its record by it."""
+    etags = {key: any_store.put_if_absent(key, key.encode()) for key in ("e/1", "e/2")}
+    listed = any_store.list_after_etags("e/", "e/0")
+    assert listed == etags
+    assert list(listed) == any_store.list_after("e/", "e/0")
+    if etags["e/1"] is None:
+        return
+    assert etags["e/1"] != etags["e/2"]
+    any_store.delete("e/1")
+    again = any_store.put_if_absent("e/1", b"other bytes")
+    assert again not in (None, etags["e/1"])
+    assert any_store.list_after_etags("e/", "e/0")["e/1"] == again
