@@ -414,9 +414,11 @@ class CommitLog(CommitLogReader):
             self._relist()
             return None  # stalled since the checks: check again
         failed: list[int] = []
-        if put_resolved(self.store, record_key(seq), out.to_json(), retries=self.retries,
+        etag: list[str | None] = [None]
+        body = out.to_json()
+        if put_resolved(self.store, record_key(seq), body, retries=self.retries,
                         base_delay_ms=self.retry_base_delay_ms, what=f"commit record {seq}",
-                        failed=failed):
+                        failed=failed, etag=etag):
             if not self._verify_landed(out):
                 return None
         elif not failed[0] or self._lost(out):
@@ -424,7 +426,7 @@ class CommitLog(CommitLogReader):
             return None
         # Ours: landed now, or our earlier attempt's record (its acknowledgement lost),
         # released since.
-        self._landed(out)
+        self._landed(out, etag_of(body, etag[0]))
         return CommitResult(out.member_view(out.members[0]) if out.members else out, True)
 
     def _await_record(self, seq: int, until: float) -> None:
