@@ -46,6 +46,7 @@ from tests.helpers import (
     committed_view,
     later,
     new_shard,
+    stall_record_puts,
     stream_reader,
     stream_rows,
 )
@@ -314,21 +315,12 @@ def test_stalled_committer_whose_sequence_was_collected_is_never_lost(pk_table, 
         done = collect(table, retain_seconds=0, clock=later(table))
         assert record_key(n) in [k for k, _ in done.records]
         assert not store.exists(record_key(n))
-        real, ahead = time.monotonic, [0.0]
-        commit_mod.time = SimpleNamespace(time=time.time, monotonic=lambda: real() + ahead[0])
         if stall == "past_deadline":
-            ahead[0] = 2 * commit_mod.COMMIT_DEADLINE_S
+            real = time.monotonic
+            commit_mod.time = SimpleNamespace(
+                time=time.time, monotonic=lambda: real() + 2 * commit_mod.COMMIT_DEADLINE_S)
         else:
-            put = type(store).put_if_absent
-
-            def put_returning_late(self, key, data, *args, **kw):
-                try:
-                    return put(self, key, data, *args, **kw)
-                finally:
-                    if key == record_key(n):
-                        ahead[0] = 2 * commit_mod.COMMIT_DEADLINE_S
-
-            monkeypatch.setattr(type(store), "put_if_absent", put_returning_late)
+            stall_record_puts(monkeypatch, store)  # X's PUT of n is the next record PUT
     finally:
         pause.release()
         x.join(120)
